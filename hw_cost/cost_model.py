@@ -1,0 +1,97 @@
+"""The cost-model interface every latency source implements, and `load_cost_model` to pick one by name."""
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch.nn as nn
+
+from .layers import LayerSpec, extract_layers
+
+__all__ = ["Block", "CostModel", "CostModelError", "load_cost_model", "COST_MODEL_KINDS", "layers_as_blocks"]
+
+
+class CostModelError(ValueError):
+    """A cost model cannot answer: unknown kind, missing file or table entry, unsupported layer."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """A unit of a network that a latency table measures as a whole (a stem, an inverted-residual block, a head).
+
+    Args:
+        key: stable text key naming everything that determines the block's cost (choice, shapes, stride).
+        input_shape: (N, C, H, W) the block runs on.
+        build: returns a standalone `nn.Module` of the block (random weights are fine: latency only).
+    """
+
+    key: str
+    input_shape: tuple[int, int, int, int]
+    build: Callable[[], nn.Module] = field(compare=False, repr=False)
+
+    def layers(self, dtype: str = "uint8") -> list[LayerSpec]:
+        return extract_layers(self.build(), self.input_shape, dtype=dtype)
+
+
+def layers_as_blocks(layers: Sequence[LayerSpec]) -> list[Block]:
+    """One block per layer, keyed by the layer's signature (for networks that are not from a search space)."""
+    from .profiler import module_for_layer  # torch-side helper; imported here to keep this module light
+
+    return [Block(key=layer.signature(), input_shape=layer.in_shape,
+                  build=lambda layer=layer: module_for_layer(layer)) for layer in layers]
+
+
+class CostModel(ABC):
+    """Latency of blocks and networks. Implementations: `hw_cost.lut.LutCostModel`, `hw_cost.vpunn.VpunnCostModel`.
+
+    A network is a sequence of `Block`s; its latency is the sum of its blocks (plus whatever the implementation
+    documents).
+    """
+
+    #: short name recorded with every result, e.g. "vpunn:VPU_2_7" or "lut:default_fmnist.json"
+    name: str = "cost model"
+    #: inference precision the model assumes ("uint8" or "fp16")
+    dtype: str = "uint8"
+
+    @abstractmethod
+    def block_latencies_ms(self, blocks: Sequence[Block]) -> np.ndarray:
+        """Latency of each block in milliseconds, in the order given."""
+
+    def latency_ms(self, blocks: Sequence[Block]) -> float:
+        return float(np.sum(self.block_latencies_ms(blocks)))
+
+    def model_latency_ms(self, model: nn.Module, input_shape) -> float:
+        """Latency of any torch model, through its layer descriptors."""
+        return self.latency_ms(layers_as_blocks(extract_layers(model, input_shape, dtype=self.dtype)))
+
+
+def _load_lut(arg: str, **options) -> CostModel:
+    from .lut import LutCostModel
+
+    return LutCostModel.from_file(arg, **options)
+
+
+def _load_vpunn(arg: str, **options) -> CostModel:
+    try:
+        vpunn = importlib.import_module("hw_cost.vpunn")
+    except ImportError as exc:  # pragma: no cover - the package ships with the project
+        raise CostModelError(f"the VPUNN cost model is not available: {exc}") from exc
+    return vpunn.load_vpunn_cost_model(arg, **options)
+
+
+COST_MODEL_KINDS: dict[str, Callable[..., CostModel]] = {"lut": _load_lut, "vpunn": _load_vpunn}
+
+
+def load_cost_model(spec: str, **options) -> CostModel:
+    """Build a cost model from a spec such as "lut:path/to/table.json" or "vpunn:VPU_2_7".
+
+    Keyword options go to the implementation (e.g. `model_dir=`, `dtype=` for VPUNN).
+    """
+    kind, sep, arg = spec.partition(":")
+    if not sep or kind not in COST_MODEL_KINDS or not arg:
+        raise CostModelError(f"unknown cost model {spec!r}; expected one of: "
+                             + ", ".join(f"{k}:..." for k in COST_MODEL_KINDS) + " (e.g. vpunn:VPU_2_7, lut:table.json)")
+    return COST_MODEL_KINDS[kind](arg, **options)

@@ -1,0 +1,1 @@
+"""NAS machinery: strategies, supernet training, Pareto analysis, reports, export, run directories, the CLI."""

@@ -1,0 +1,59 @@
+"""The `vpunas` command line. Each subcommand lives in its own module; this one parses and reports errors.
+
+A user's mistake (missing file, malformed config or model file, unknown model or device, invalid workload)
+ends with one line on stderr and exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+__all__ = ["main", "build_parser"]
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean bad input, not a bug: each package's own error class."""
+    from hw_cost import CostModelError, LayerExtractionError
+    from tasks import DataError
+
+    from .config import ConfigError
+
+    return (ConfigError, CostModelError, LayerExtractionError, DataError, FileNotFoundError, IsADirectoryError,
+            NotADirectoryError, PermissionError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import commands, cost_cli
+
+    parser = argparse.ArgumentParser(prog="vpunas", description="Hardware-aware NAS for Intel VPU / NPU.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_search_parser(sub)
+    commands.add_report_parser(sub)
+    commands.add_export_parser(sub)
+    commands.add_lut_parser(sub)
+    cost_cli.add_cost_parser(sub)
+    cost_cli.add_vpunn_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        return int(args.handler(args) or 0)
+    except _user_errors() as exc:
+        if args.verbose:
+            raise
+        print(f"vpunas: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vpunas: interrupted; finished work is saved (resume a search with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
