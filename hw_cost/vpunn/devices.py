@@ -1,0 +1,57 @@
+"""Architecture constants of the supported devices (vpunn-reference.md §7)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .enums import ExecutionMode, VPUDevice
+from .errors import VpunnError
+
+__all__ = ["DeviceConfig", "DEVICES", "device_config"]
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    device: VPUDevice
+    dpu_mhz: int
+    cmx_mhz: int
+    cmx_word_bytes: int
+    cmx_read_ports: int
+    dma_bytes_per_cycle: int
+    dram_mbps: int
+    macs_per_dpu: int
+    fp16_ratio: int
+    ppe_lanes: int
+    input_channels_per_mac: int
+    dpus_per_tile: int
+    dma_ports: int
+    dram_latency_cycles: int
+    cmx_latency_cycles: int
+    cmx_bytes: int
+    owt_options: tuple[int, ...]
+    execution_modes: tuple[ExecutionMode, ...]
+
+
+DEVICES: dict[VPUDevice, DeviceConfig] = {
+    VPUDevice.VPU_2_0: DeviceConfig(
+        device=VPUDevice.VPU_2_0, dpu_mhz=700, cmx_mhz=700, cmx_word_bytes=16, cmx_read_ports=4,
+        dma_bytes_per_cycle=32, dram_mbps=20000, macs_per_dpu=256, fp16_ratio=4, ppe_lanes=16,
+        input_channels_per_mac=1, dpus_per_tile=5, dma_ports=2, dram_latency_cycles=0, cmx_latency_cycles=0,
+        cmx_bytes=1024 * 1024, owt_options=(1,),
+        execution_modes=(ExecutionMode.VECTOR, ExecutionMode.MATRIX, ExecutionMode.VECTOR_FP16)),
+    VPUDevice.VPU_2_7: DeviceConfig(
+        device=VPUDevice.VPU_2_7, dpu_mhz=1300, cmx_mhz=975, cmx_word_bytes=16, cmx_read_ports=8,
+        dma_bytes_per_cycle=32, dram_mbps=27000, macs_per_dpu=2048, fp16_ratio=2, ppe_lanes=64,
+        input_channels_per_mac=8, dpus_per_tile=1, dma_ports=2,
+        dram_latency_cycles=1242,  # 956 ns at 1300 MHz
+        cmx_latency_cycles=21,  # 16 CMX cycles at 975 MHz, in DPU cycles
+        cmx_bytes=2048 * 1024, owt_options=(1, 2),
+        execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
+}
+
+
+def device_config(device) -> DeviceConfig:
+    try:
+        return DEVICES[VPUDevice(int(device))]
+    except (KeyError, ValueError):
+        raise VpunnError(f"device {device!r} is not implemented; implemented: "
+                         + ", ".join(d.name for d in DEVICES)) from None

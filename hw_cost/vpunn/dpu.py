@@ -1,0 +1,195 @@
+"""`DpuModel`: the VPUNN DPU cost model (`VPUCostModel::DPU`, single-workload semantics), batched in numpy.
+
+One call costs any number of workloads: sanitize and validate all rows, expand dual-sparsity and >64-channel
+extrapolation rows into their NN queries, encode every query, run the NN once on the distinct descriptors
+(float32, `x @ W.T + b`), then post-process and fold the expansions back (vpunn-reference.md §3.0, §4.1).
+"""
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .descriptors import DESCRIPTOR_SIZES, encode
+from .enums import Operation
+from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
+from .reader import VpunnNetwork, read_vpunn
+from .sanitizer import check, sanitize
+from .theoretical import theoretical_cycles
+from .workload import F, DPUWorkload, workloads_to_matrix
+
+__all__ = ["DpuModel", "LruCache", "nn_to_cycles"]
+
+log = logging.getLogger(__name__)
+
+#: output interface version of the DPU files: the NN value is the cycle count
+CYCLES_OUTPUT_VERSION = 2
+_MAX_NN_CYCLES = 4e9
+_EXTRAPOLATED_OPS = (Operation.DW_CONVOLUTION, Operation.MAXPOOL, Operation.AVEPOOL)
+
+
+class LruCache:
+    """A bounded mapping of bytes keys to values; the least recently used entry goes first."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+        self._data: OrderedDict[bytes, object] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def get(self, key: bytes):
+        value = self._data.get(key)
+        if value is not None:
+            self._data.move_to_end(key)
+        return value
+
+    def put(self, key: bytes, value) -> None:
+        if self.size <= 0:
+            return
+        self._data[key] = value
+        if len(self._data) > self.size:
+            self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+
+def nn_to_cycles(values: np.ndarray) -> np.ndarray:
+    """Output interface 2: ceil of the NN value, or ERROR_INVALID_OUTPUT_RANGE outside [0, 4e9]."""
+    values = np.asarray(values, dtype=np.float32)
+    ok = (values >= 0) & (values <= _MAX_NN_CYCLES)
+    return np.where(ok, np.ceil(np.where(ok, values, 0)).astype(np.int64), ERROR_INVALID_OUTPUT_RANGE)
+
+
+def _unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(indices of the first occurrence of each distinct row, inverse mapping)."""
+    x = np.ascontiguousarray(x)
+    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
+class DpuModel:
+    """A `.vpunn` DPU model (input interface 10 or 11, output interface 2), run like `VPUCostModel::DPU`.
+
+    Args:
+        model: path of the file, or an already parsed `VpunnNetwork`.
+        cache_size: entries of the result cache (keyed by descriptor bytes, as the runtime's LRU); 0 disables.
+    """
+
+    def __init__(self, model, cache_size: int = 1 << 18):
+        self.network: VpunnNetwork = model if isinstance(model, VpunnNetwork) else read_vpunn(Path(model))
+        net = self.network
+        if net.input_version not in DESCRIPTOR_SIZES:
+            raise VpunnError(f"{net.source}: DPU descriptor interface {net.input_version} (model name "
+                             f"{net.name!r}) is not implemented; implemented: "
+                             + ", ".join(map(str, DESCRIPTOR_SIZES)))
+        if net.output_version != CYCLES_OUTPUT_VERSION:
+            raise VpunnError(f"{net.source}: DPU output interface {net.output_version} (model name {net.name!r}) "
+                             f"is not implemented; implemented: {CYCLES_OUTPUT_VERSION} (cycles)")
+        if net.input_size != DESCRIPTOR_SIZES[net.input_version]:
+            raise VpunnError(f"{net.source}: the network takes {net.input_size} inputs but interface "
+                             f"{net.input_version} has {DESCRIPTOR_SIZES[net.input_version]}")
+        self.version = net.input_version
+        self._cache = LruCache(cache_size)
+
+    def __repr__(self) -> str:
+        return f"DpuModel({self.network.source!r}, {self.network.name})"
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    @property
+    def cache_len(self) -> int:
+        return len(self._cache)
+
+    def descriptors(self, workloads) -> np.ndarray:
+        """NN input vectors of the *sanitized* workloads (like `getDescriptor` after `sanitize_workload`)."""
+        return encode(sanitize(workloads_to_matrix(workloads)), self.version)
+
+    def nn_values(self, descriptors: np.ndarray) -> np.ndarray:
+        """Raw NN outputs for descriptor rows, through the cache, one forward pass over the distinct rows."""
+        d = np.ascontiguousarray(descriptors, dtype=np.float32)
+        if len(d) == 0:
+            return np.zeros(0, np.float32)
+        first, inverse = _unique_rows(d)
+        uniq = d[first]
+        values = np.empty(len(uniq), dtype=np.float32)
+        keys = [row.tobytes() for row in uniq]
+        missing = []
+        for i, key in enumerate(keys):
+            hit = self._cache.get(key)
+            if hit is None:
+                missing.append(i)
+            else:
+                values[i] = hit
+        if missing:
+            out = self.network.forward(uniq[missing])
+            values[missing] = out
+            for i, v in zip(missing, out):
+                self._cache.put(keys[i], v)
+        return values[inverse]
+
+    def _query_cycles(self, queries: np.ndarray) -> np.ndarray:
+        if len(queries) == 0:
+            return np.zeros(0, np.int64)
+        return nn_to_cycles(self.nn_values(encode(queries, self.version)))
+
+    def cost(self, workloads: Iterable[DPUWorkload] | np.ndarray) -> np.ndarray:
+        """Cycles per workload (int64 holding the runtime's uint32: an error code where invalid).
+
+        As the single-workload `DPU()`: an NN error (output out of range) falls back to the theoretical cycles.
+        """
+        m = workloads_to_matrix(workloads)
+        result = np.zeros(len(m), dtype=np.int64)
+        if len(m) == 0:
+            return result
+        s = sanitize(m)
+        code = check(s, "workload")
+        result[:] = code
+        ok = np.nonzero(code == 0)[0]
+        if len(ok) == 0:
+            return result
+        sv = s[ok]
+        op = sv[:, F.operation].astype(np.int64)
+        dual = (sv[:, F.in_sparsity_enabled] != 0) & (sv[:, F.weight_sparsity_enabled] != 0)
+        extra = np.isin(op, _EXTRAPOLATED_OPS) & (sv[:, F.in_c] > 64) & ~dual
+        plain = ~dual & ~extra
+        clone_a, clone_b = sv[dual].copy(), sv[dual].copy()
+        clone_a[:, [F.act_sparsity, F.in_sparsity_enabled]] = 0
+        clone_b[:, [F.weight_sparsity, F.weight_sparsity_enabled]] = 0
+        ref32, ref64 = sv[extra].copy(), sv[extra].copy()
+        ref32[:, [F.in_c, F.out_c]] = 32
+        ref64[:, [F.in_c, F.out_c]] = 64
+        parts = [sv[plain], clone_a, clone_b, ref32, ref64]
+        cyc = np.split(self._query_cycles(np.concatenate(parts)), np.cumsum([len(p) for p in parts])[:-1])
+        c_plain, c_a, c_b, c32, c64 = cyc
+        theo = theoretical_cycles(sv)
+        bad = lambda c: c == ERROR_INVALID_OUTPUT_RANGE  # noqa: E731  (the only NN error code)
+        out = np.empty(len(sv), dtype=np.int64)
+        out[plain] = np.where(bad(c_plain), theo[plain], c_plain)
+        # each dual-sparsity clone is a DPU() call of its own, fallback included; theory ignores sparsity
+        theo_d = theo[dual]
+        out[dual] = np.minimum(np.where(bad(c_a), theo_d, c_a), np.where(bad(c_b), theo_d, c_b))
+        out[extra] = self._extrapolate(sv[extra, F.out_c], c32, c64, theo[extra])
+        result[ok] = out
+        return result
+
+    @staticmethod
+    def _extrapolate(c_out, c32, c64, theo) -> np.ndarray:
+        """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3)."""
+        f32 = np.float32
+        a, b = c32.astype(f32), c64.astype(f32)
+        slope = (b - a) / f32(32)
+        value = slope * c_out.astype(f32) + (a - slope * f32(32))
+        failed = (c32 == ERROR_INVALID_OUTPUT_RANGE) | (c64 == ERROR_INVALID_OUTPUT_RANGE) | (value < 0)
+        return np.where(failed, theo, np.ceil(np.where(failed, 0, value)).astype(np.int64))
+
+    def cost_one(self, workload: DPUWorkload) -> tuple[int, str]:
+        """(cycles, error name or '') of one workload."""
+        cycles = int(self.cost([workload])[0])
+        return cycles, error_name(cycles)

@@ -1,0 +1,133 @@
+"""VPUNN enumerations, with the C++ identifiers as names and the library's current order as values.
+
+Descriptor interfaces encode these by *name* into their own (older) enum orders; see `descriptors.py`.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+from .errors import VpunnError
+
+__all__ = ["VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction", "Swizzling",
+           "ISIStrategy", "VPUTilingStrategy", "DMADirection", "parse_enum", "DTYPE_BITS"]
+
+
+class VPUDevice(IntEnum):
+    VPU_2_0 = 0
+    VPU_2_1 = 1
+    VPU_2_7 = 2
+    VPU_4_0 = 3
+    NPU_5_0 = 4
+    NPU_RESERVED = 5
+    NPU_RESERVED_1 = 6
+
+
+class Operation(IntEnum):
+    CONVOLUTION = 0
+    DW_CONVOLUTION = 1
+    ELTWISE = 2
+    MAXPOOL = 3
+    AVEPOOL = 4
+    CM_CONVOLUTION = 5
+
+
+class DataType(IntEnum):
+    UINT8 = 0
+    INT8 = 1
+    FLOAT16 = 2
+    BFLOAT16 = 3
+    BF8 = 4
+    HF8 = 5
+    UINT4 = 6
+    INT4 = 7
+    UINT2 = 8
+    INT2 = 9
+    UINT1 = 10
+    INT1 = 11
+    INT32 = 12
+    FLOAT32 = 13
+    UINT16 = 14
+    INT16 = 15
+    FLOAT4 = 16
+
+
+#: bits per element of each DataType, indexed by value
+DTYPE_BITS = (8, 8, 16, 16, 8, 8, 4, 4, 2, 2, 1, 1, 32, 32, 16, 16, 4)
+
+
+class Layout(IntEnum):
+    ZMAJOR = 0
+    CMAJOR = 1
+    XYZ = 2
+    XZY = 3
+    YXZ = 4
+    YZX = 5
+    ZXY = 6
+    ZYX = 7
+    INVALID = 8
+
+
+class ExecutionMode(IntEnum):
+    VECTOR = 0
+    MATRIX = 1
+    VECTOR_FP16 = 2
+    CUBOID_16x16 = 3
+    CUBOID_8x16 = 4
+    CUBOID_4x16 = 5
+
+
+class ActivationFunction(IntEnum):
+    NONE = 0
+    RELU = 1
+    LRELU = 2
+    ADD = 3
+    SUB = 4
+    MULT = 5
+
+
+class Swizzling(IntEnum):
+    KEY_0 = 0
+    KEY_1 = 1
+    KEY_2 = 2
+    KEY_3 = 3
+    KEY_4 = 4
+    KEY_5 = 5
+
+
+class ISIStrategy(IntEnum):
+    CLUSTERING = 0
+    SPLIT_OVER_H = 1
+    SPLIT_OVER_K = 2
+
+
+class VPUTilingStrategy(IntEnum):
+    """Inter-tile strategies of the layer model; AUTO_MIN is the minimum over the other three."""
+
+    NONE = 0
+    SOH_Overlapped = 1
+    SOK = 2
+    AUTO_MIN = 3
+
+
+class DMADirection(IntEnum):
+    """In the order of DMA descriptor interface 1."""
+
+    DDR2CMX = 0
+    CMX2CMX = 1
+    CMX2DDR = 2
+    DDR2DDR = 3
+
+
+def parse_enum(enum_cls: type[IntEnum], text, what: str = "", aliases: dict[str, str] | None = None) -> IntEnum:
+    """The member of `enum_cls` named `text` (an existing member passes through); VpunnError names the field."""
+    if isinstance(text, enum_cls):
+        return text
+    key = str(text).strip()
+    if aliases and key in aliases:
+        key = aliases[key]
+    try:
+        return enum_cls[key]
+    except KeyError:
+        where = f"{what}: " if what else ""
+        raise VpunnError(f"{where}unknown {enum_cls.__name__} {key!r}; valid: "
+                         + ", ".join(m.name for m in enum_cls)) from None

@@ -1,0 +1,248 @@
+"""The workload sanitizer and validity rules (vpunn-reference.md §5, and the layer variants of §6), vectorised.
+
+Every function works on a workload matrix (see workload.py): one row per workload, all rows at once.
+`check` has three contexts:
+
+* "workload": `VPUCostModel::DPU` on one workload (after `sanitize`);
+* "tile": the tile checks of the layer model (no execution-mode check, DW/MAXPOOL any multiple of 16);
+* "layer": the whole-layer validation of the layer model (no CMX or execution-mode check, limits scaled by
+  the tile count for SOK / SOHO, output height exact).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .devices import DEVICES
+from .enums import DTYPE_BITS, DataType, ISIStrategy, Layout, Operation, VPUDevice, VPUTilingStrategy
+from .errors import (ERROR_INPUT_TOO_BIG, ERROR_INVALID_INPUT_CONFIGURATION, ERROR_INVALID_INPUT_DEVICE,
+                     ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION)
+from .workload import F
+
+__all__ = ["sanitize", "layer_fixups", "check", "cmx_required", "weight_channels", "weight_mask_bytes",
+           "dtype_bytes", "PAGE"]
+
+PAGE = 16 * 1024  # CMX page rounding of each tensor
+MAX_DIM = 8192
+MAX_KERNEL = 15
+MAX_STRIDE = 8
+
+_CONV, _DW, _ELT, _MAXPOOL, _AVEPOOL, _CM = (Operation.CONVOLUTION, Operation.DW_CONVOLUTION, Operation.ELTWISE,
+                                             Operation.MAXPOOL, Operation.AVEPOOL, Operation.CM_CONVOLUTION)
+_V20, _V27 = VPUDevice.VPU_2_0, VPUDevice.VPU_2_7
+_BITS = np.array(DTYPE_BITS, dtype=np.int64)
+# same-size datatype restriction of the sanitizer
+_RESTRICT = np.arange(len(DataType))
+for _src, _dst in ((DataType.INT8, DataType.UINT8), (DataType.BFLOAT16, DataType.FLOAT16),
+                   (DataType.INT4, DataType.UINT4), (DataType.BF8, DataType.HF8), (DataType.INT16, DataType.UINT16)):
+    _RESTRICT[_src] = _dst
+_VALID_DTYPES = (DataType.UINT8, DataType.INT8, DataType.FLOAT16, DataType.BFLOAT16)
+_PERMUTED_LAYOUTS = (Layout.XYZ, Layout.XZY, Layout.YXZ, Layout.YZX, Layout.ZXY, Layout.ZYX)
+
+
+def _cols(m: np.ndarray) -> np.ndarray:
+    return m.astype(np.int64)
+
+
+def _align(x, a):
+    return -(-x // a) * a
+
+
+def dtype_bytes(dtype_codes) -> np.ndarray:
+    """Bytes per element (float, 0.5 for 4-bit types)."""
+    return _BITS[np.asarray(dtype_codes, dtype=np.int64)] / 8.0
+
+
+def sanitize(m: np.ndarray) -> np.ndarray:
+    """The changes `VPUCostModel::sanitize_workload` applies before validation (§5), on a copy."""
+    s = m.copy()
+    a = _cols(s)
+    dev, op = a[:, F.device], a[:, F.operation]
+    s[op == _AVEPOOL, F.operation] = _DW
+    to_cm = (dev >= _V27) & (op == _CONV) & (a[:, F.in_c] >= 1) & (a[:, F.in_c] < 16)
+    s[to_cm, F.operation] = _CM
+    op = s[:, F.operation].astype(np.int64)
+    same_c = np.isin(op, (_ELT, _DW, _MAXPOOL)) & (a[:, F.out_c] >= 16) & (a[:, F.in_c] != a[:, F.out_c])
+    s[same_c, F.in_c] = s[same_c, F.out_c]
+    for col in (F.in_dtype, F.out_dtype):
+        codes = a[:, col]
+        known = (codes >= 0) & (codes < len(_RESTRICT))
+        s[known, col] = _RESTRICT[codes[known]]
+    v20, v27 = dev == _V20, dev == _V27
+    for col in (F.in_layout, F.out_layout):
+        lay = a[:, col]
+        s[v20 & (lay == Layout.ZXY), col] = Layout.ZMAJOR
+        s[v20 & (lay == Layout.XYZ), col] = Layout.CMAJOR
+        s[v27 & (lay == Layout.ZMAJOR), col] = Layout.ZXY
+        s[v27 & (lay == Layout.CMAJOR), col] = Layout.XYZ
+    for col in (F.in_swizzling0, F.in_swizzling1, F.out_swizzling0):
+        s[v20, col] = 0
+    return s
+
+
+def layer_fixups(m: np.ndarray) -> np.ndarray:
+    """The only sanitizer changes the layer model makes to a whole layer (§6 step 1), on a copy."""
+    s = m.copy()
+    a = _cols(s)
+    dev, op = a[:, F.device], a[:, F.operation]
+    s[op == _AVEPOOL, F.operation] = _DW
+    to_cm = (dev >= _V27) & (op == _CONV) & (a[:, F.in_c] >= 1) & (a[:, F.in_c] < 16)
+    s[to_cm, F.operation] = _CM
+    for col in (F.in_swizzling0, F.in_swizzling1, F.out_swizzling0):
+        s[dev == _V20, col] = 0
+    return s
+
+
+def weight_channels(a: np.ndarray) -> np.ndarray:
+    """Channel count of the weights tensor with VPU 2.7's 16-sample alignment (§3.4); 0 for ELTWISE/MAXPOOL."""
+    op, kk = a[:, F.operation], a[:, F.k_w] * a[:, F.k_h]
+    cm_align = np.where(_BITS[a[:, F.in_dtype].clip(0, len(_BITS) - 1)] >= 16, 8, 16)
+    return np.select([op == _CONV, np.isin(op, (_DW, _AVEPOOL)), op == _CM],
+                     [_align(a[:, F.in_c] * kk, 16), _align(kk, 16), _align(a[:, F.in_c] * kk, cm_align)], 0)
+
+
+def weight_mask_bytes(a: np.ndarray) -> np.ndarray:
+    """Bytes of the weights of one output channel (CONV, DW, CM_CONV; 0 otherwise), without the weight table.
+
+    VPU 2.7 counts the aligned sample count of §3.4 times the dtype size; VPU 2.0 has no sample alignment and
+    rounds the byte count up to 16 instead.
+    """
+    op, kk = a[:, F.operation], a[:, F.k_w] * a[:, F.k_h]
+    bpe = dtype_bytes(a[:, F.in_dtype].clip(0, len(_BITS) - 1))
+    has_w = np.isin(op, (_CONV, _DW, _AVEPOOL, _CM))
+    samples_20 = np.where(op == _DW, kk, a[:, F.in_c] * kk)
+    bytes_20 = _align(np.ceil(samples_20 * bpe).astype(np.int64), 16)
+    bytes_27 = np.ceil(weight_channels(a) * bpe).astype(np.int64)
+    return np.where(has_w, np.where(a[:, F.device] == _V20, bytes_20, bytes_27), 0)
+
+
+def cmx_required(m: np.ndarray) -> np.ndarray:
+    """CMX bytes a workload needs: input0 + weights + output memory, each rounded up to 16 KB pages (§5)."""
+    a = _cols(m)
+    op = a[:, F.operation]
+    bpe_in = dtype_bytes(a[:, F.in_dtype].clip(0, len(_BITS) - 1))
+    bpe_out = dtype_bytes(a[:, F.out_dtype].clip(0, len(_BITS) - 1))
+    n_in = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
+    in0 = np.ceil(n_in * bpe_in).astype(np.int64)
+    in0 += np.where(a[:, F.in_sparsity_enabled] != 0, _align(-(-n_in // 8), 16), 0)
+    out0 = np.ceil(a[:, F.mem_w] * a[:, F.mem_h] * a[:, F.mem_c] * a[:, F.out_b] * bpe_out).astype(np.int64)
+    in_place = (op == _ELT) & (a[:, F.in_layout] == a[:, F.out_layout]) & (out0 == in0)
+    out0 = np.where(in_place, 0, out0)
+    c_out = a[:, F.out_c]
+    wbytes = weight_mask_bytes(a) * c_out
+    sparse = a[:, F.weight_sparsity_enabled] != 0
+    wchan = np.where(a[:, F.device] == _V20, np.where(op == _DW, a[:, F.k_w] * a[:, F.k_h],
+                                                      a[:, F.in_c] * a[:, F.k_w] * a[:, F.k_h]), weight_channels(a))
+    sparse_bytes = np.ceil(wbytes * (1.0 - m[:, F.weight_sparsity])).astype(np.int64) \
+        + c_out * _align(-(-wchan // 8), 16)
+    wbytes = np.where(sparse, sparse_bytes, wbytes) + 16 * c_out
+    in1 = np.select([np.isin(op, (_CONV, _DW, _AVEPOOL, _CM)), op == _ELT], [wbytes, in0], 0)
+    return _align(in0, PAGE) + _align(in1, PAGE) + _align(out0, PAGE)
+
+
+def _in_range(x, lo, hi):
+    return (x >= lo) & (x <= hi)
+
+
+def _out_size(size_in, pad_a, pad_b, k, s):
+    """(in + pads - k) / s + 1 with C's truncating division."""
+    num = size_in + pad_a + pad_b - k
+    return np.sign(num) * (np.abs(num) // np.maximum(s, 1)) + 1
+
+
+def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None) -> np.ndarray:
+    """Error code per row (0 = valid) of already sanitized / fixed-up workloads.
+
+    Args:
+        m: workload matrix.
+        context: "workload", "tile" or "layer" (see the module docstring).
+        strategy: for "layer", the VPUTilingStrategy per row (scalar or array).
+        n_tiles: for "layer", the tile count per row (scalar or array); the caller sets owt to it.
+    """
+    a = _cols(m)
+    n = len(a)
+    dev, op = a[:, F.device], a[:, F.operation]
+    v20, v27 = dev == _V20, dev == _V27
+    layer = context == "layer"
+    if layer:
+        strategy = np.broadcast_to(np.asarray(strategy, dtype=np.int64), (n,))
+        n_tiles = np.broadcast_to(np.asarray(n_tiles, dtype=np.int64), (n,))
+        sok, soho = strategy == VPUTilingStrategy.SOK, strategy == VPUTilingStrategy.SOH_Overlapped
+    else:
+        sok = soho = np.zeros(n, bool)
+    scale_c = np.where(sok, n_tiles, 1) if layer else 1
+    is_elt = op == _ELT
+    ok = np.ones(n, bool)
+
+    owt, isi = a[:, F.output_write_tiles], a[:, F.isi_strategy]
+    ok &= np.where(v20, owt == 1, (owt == 1) | (owt == 2))
+    if layer:
+        ok &= np.where(v20, isi == ISIStrategy.CLUSTERING, _in_range(isi, 0, 2))
+    else:
+        ok &= np.where(v20, isi == ISIStrategy.CLUSTERING,
+                       (isi == ISIStrategy.CLUSTERING) | (isi == ISIStrategy.SPLIT_OVER_H)
+                       | ((isi == ISIStrategy.SPLIT_OVER_K) & (owt > 1)))
+
+    kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
+    pt, pb, pl, pr = a[:, F.pad_top], a[:, F.pad_bottom], a[:, F.pad_left], a[:, F.pad_right]
+    max_k = np.where(is_elt, 1, MAX_KERNEL)
+    ok &= _in_range(kw, 1, max_k) & _in_range(kh, 1, max_k)
+    ok &= _in_range(pt, 0, kh // 2) & _in_range(pb, 0, kh // 2) & _in_range(pl, 0, kw // 2) & _in_range(pr, 0, kw // 2)
+    max_s = np.where(is_elt, 1, MAX_STRIDE)
+    win, hin, wout, hout = a[:, F.in_w], a[:, F.in_h], a[:, F.out_w], a[:, F.out_h]
+    if layer:
+        ok &= _in_range(sw, 1, np.minimum(max_s, win + pl + pr)) & _in_range(sh, 1, np.minimum(max_s, hin + pt + pb))
+    else:
+        ok &= _in_range(sw, 1, max_s) & _in_range(sh, 1, max_s)
+
+    h_lo = np.maximum(1, kh - (pt + pb)) + (soho if layer else 0)
+    ok &= _in_range(win, np.maximum(1, kw - (pl + pr)), MAX_DIM)
+    ok &= _in_range(hin, h_lo, MAX_DIM * (np.where(soho, n_tiles, 1) if layer else 1))
+    ok &= wout == _out_size(win, pl, pr, kw, sw)
+    h_formula = _out_size(hin, pt, pb, kh, sh)
+    if layer:
+        ok &= (hout == h_formula) & (~soho | (hout > 1))
+    else:
+        h_ext = hin + kh * (pt == 0) + kh * (pb == 0)
+        h_hi = np.where(isi == ISIStrategy.SPLIT_OVER_H, _out_size(h_ext, pt, pb, kh, sh), h_formula)
+        ok &= _in_range(hout, h_formula, h_hi)
+    ok &= (a[:, F.out_b] == a[:, F.in_b]) & (a[:, F.in_b] >= 1)
+
+    cin, cout = a[:, F.in_c], a[:, F.out_c]
+    mult16 = lambda c, hi: (c % 16 == 0) & _in_range(c, 16, hi)  # noqa: E731
+    ok &= mult16(cout, MAX_DIM * scale_c)
+    if layer:
+        ok &= ~sok | (cout >= 32)
+    dw_like = (op == _DW) | (op == _MAXPOOL)
+    if context == "workload":
+        dw_ok = np.where(v27, mult16(cin, 64), mult16(cin, MAX_DIM))
+        cm_hi = 16
+    else:
+        dw_ok = mult16(cin, MAX_DIM * scale_c)
+        cm_hi = np.where(v27, 15, 16)
+    cin_ok = np.select([(op == _CONV) | is_elt, dw_like, op == _CM],
+                       [mult16(cin, MAX_DIM * scale_c), dw_ok, _in_range(cin, 1, cm_hi)], False)
+    ok &= cin_ok & (~(dw_like | is_elt) | (cin == cout))
+
+    ok &= np.isin(a[:, F.in_dtype], _VALID_DTYPES) & np.isin(a[:, F.out_dtype], _VALID_DTYPES)
+    for col in (F.in_layout, F.out_layout):
+        ok &= np.where(v20, np.isin(a[:, col], (Layout.ZMAJOR, Layout.CMAJOR)), np.isin(a[:, col], _PERMUTED_LAYOUTS))
+    if context == "workload":
+        ok &= np.where(v20, np.isin(a[:, F.execution_mode], DEVICES[_V20].execution_modes),
+                       np.isin(a[:, F.execution_mode], DEVICES[_V27].execution_modes))
+
+    act_sp, w_sp = m[:, F.act_sparsity], m[:, F.weight_sparsity]
+    in_en, w_en = a[:, F.in_sparsity_enabled] != 0, a[:, F.weight_sparsity_enabled] != 0
+    ok &= _in_range(act_sp, 0.0, 1.0) & _in_range(w_sp, 0.0, 1.0)
+    ok &= ~in_en | (act_sp >= 0.01)
+    conv_elt = (op == _CONV) | is_elt
+    ok &= np.where(conv_elt, (in_en | (act_sp == 0)) & (w_en | (w_sp == 0)),
+                   ~in_en & ~w_en & (act_sp == 0) & (w_sp == 0))
+
+    known_op = np.isin(op, (_CONV, _DW, _ELT, _MAXPOOL, _CM))
+    code = np.where(ok, 0, ERROR_INVALID_LAYER_CONFIGURATION if layer else ERROR_INVALID_INPUT_CONFIGURATION)
+    if not layer:
+        cmx = np.where(v20, DEVICES[_V20].cmx_bytes, DEVICES[_V27].cmx_bytes)
+        code = np.where(cmx_required(m) > cmx, ERROR_INPUT_TOO_BIG, code)
+    code = np.where(known_op, code, ERROR_INVALID_INPUT_OPERATION)
+    return np.where(v20 | v27, code, ERROR_INVALID_INPUT_DEVICE).astype(np.int64)
+
