@@ -214,7 +214,7 @@ def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None)
         ok &= ~sok | (cout >= 32)
     dw_like = (op == _DW) | (op == _MAXPOOL)
     if context == "workload":
-        dw_ok = np.where(v27, mult16(cin, 64), mult16(cin, MAX_DIM))
+        dw_ok = np.where(v27, np.isin(cin, (16, 32, 64)), mult16(cin, MAX_DIM))
         cm_hi = 16
     else:
         dw_ok = mult16(cin, MAX_DIM * scale_c)
