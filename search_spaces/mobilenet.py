@@ -1,0 +1,327 @@
+"""MobileNet-style space: inverted-residual blocks with elastic kernel, expansion and depth (Once-for-All).
+
+Cai et al., "Once-for-All: Train One Network and Specialize it for Efficient Deployment", ICLR 2020
+(https://arxiv.org/abs/1908.09791). Per block the kernel size (shared weights, centre crop) and the expansion
+ratio (channel slicing) are searched, per stage the depth (the first `depth` blocks run, deeper ones are
+skipped). Stage widths and strides are configured, so the same code serves 28x28 and 224x224 inputs.
+
+An arch: {"depth": [d per stage], "kernel": [[k per active block] per stage],
+"expand": [[e per active block] per stage]}.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from hw_cost import Block
+
+from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
+
+__all__ = ["MobileNetSpaceConfig", "StageConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
+           "ConvBnAct", "ClassifierHead"]
+
+ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
+
+
+@dataclass
+class StageConfig:
+    """One stage: output width, stride of its first block, and the depths searched."""
+
+    width: int = 32
+    stride: int = 1
+    depths: list[int] = field(default_factory=lambda: [2, 3, 4])
+
+
+@dataclass
+class MobileNetSpaceConfig:
+    """Args:
+        stem_width / stem_stride: the fixed 3x3 stem conv.
+        first_width: a fixed depthwise-separable block after the stem (MobileNetV2's first block); 0 = none.
+        stages: the searched stages.
+        kernel_sizes / expand_ratios: per-block choices (odd kernels; ratios of the block's input width).
+        head_width: 1x1 conv before global pooling; 0 = none.
+        activation: relu, relu6 or hardswish.
+        channel_divisor: expanded widths are rounded to multiples of this (16 suits the VPU's channel tiling).
+    """
+
+    type: str = "mobilenet"
+    stem_width: int = 16
+    stem_stride: int = 1
+    first_width: int = 16
+    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig(24, 2), StageConfig(40, 2),
+                                                               StageConfig(80, 1), StageConfig(96, 1)])
+    kernel_sizes: list[int] = field(default_factory=lambda: [3, 5, 7])
+    expand_ratios: list[int] = field(default_factory=lambda: [3, 4, 6])
+    head_width: int = 256
+    dropout: float = 0.1
+    activation: str = "relu6"
+    channel_divisor: int = 8
+
+
+# ------------------------------------------------------------------------------------------ static modules
+class ConvBnAct(nn.Sequential):
+    """Conv + batch norm + optional activation, padding k // 2."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1, groups: int = 1,
+                 act_layer: type[nn.Module] | None = nn.ReLU6):
+        super().__init__(
+            nn.Conv2d(in_channels, out_channels, kernel_size, stride, kernel_size // 2, groups=groups, bias=False),
+            nn.BatchNorm2d(out_channels),
+            act_layer() if act_layer is not None else nn.Identity())
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2 block: 1x1 expand, k x k depthwise, 1x1 project; identity shortcut when shapes allow."""
+
+    def __init__(self, in_channels: int, out_channels: int, *, kernel_size: int, mid_channels: int, stride: int,
+                 act_layer: type[nn.Module] = nn.ReLU6):
+        super().__init__()
+        self.expand = (ConvBnAct(in_channels, mid_channels, 1, act_layer=act_layer)
+                       if mid_channels != in_channels else nn.Identity())
+        self.depthwise = ConvBnAct(mid_channels, mid_channels, kernel_size, stride=stride, groups=mid_channels,
+                                   act_layer=act_layer)
+        self.project = ConvBnAct(mid_channels, out_channels, 1, act_layer=None)
+        self.use_shortcut = stride == 1 and in_channels == out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.project(self.depthwise(self.expand(x)))
+        return x + out if self.use_shortcut else out
+
+
+class ClassifierHead(nn.Module):
+    """Optional 1x1 conv, global average pooling, dropout, linear classifier."""
+
+    def __init__(self, in_channels: int, head_width: int, num_classes: int, *, dropout: float,
+                 act_layer: type[nn.Module]):
+        super().__init__()
+        self.conv = ConvBnAct(in_channels, head_width, 1, act_layer=act_layer) if head_width else nn.Identity()
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(head_width or in_channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
+
+
+class MobileNet(nn.Module):
+    """A standalone network of the space: stem, blocks, head."""
+
+    def __init__(self, stem: nn.Module, blocks: list[nn.Module], head: nn.Module):
+        super().__init__()
+        self.stem, self.blocks, self.head = stem, nn.Sequential(*blocks), head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
+
+
+# ------------------------------------------------------------------------------------------ elastic modules
+class ElasticInvertedResidual(nn.Module):
+    """An inverted-residual block whose kernel and expansion are chosen per forward by `set_active`."""
+
+    def __init__(self, in_channels: int, out_channels: int, *, stride: int, kernel_sizes, expand_ratios,
+                 act_layer: type[nn.Module], channel_divisor: int):
+        super().__init__()
+        self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
+        self.divisor = channel_divisor
+        max_mid = self.mid_channels(max(expand_ratios))
+        self.expand_conv = ElasticConv2d(in_channels, max_mid, 1)
+        self.expand_bn = ElasticBatchNorm2d(max_mid)
+        self.dw_conv = ElasticConv2d(max_mid, max_mid, max(kernel_sizes), stride=stride, depthwise=True)
+        self.dw_bn = ElasticBatchNorm2d(max_mid)
+        self.project_conv = ElasticConv2d(max_mid, out_channels, 1)
+        self.project_bn = ElasticBatchNorm2d(out_channels)
+        self.act = act_layer()
+        self.act_layer = act_layer
+        self.use_shortcut = stride == 1 and in_channels == out_channels
+        self.kernel_size, self.expand_ratio = max(kernel_sizes), max(expand_ratios)
+
+    def mid_channels(self, expand_ratio: int) -> int:
+        return make_divisible(self.in_channels * expand_ratio, self.divisor)
+
+    def set_active(self, kernel_size: int, expand_ratio: int) -> None:
+        self.kernel_size, self.expand_ratio = kernel_size, expand_ratio
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mid = self.mid_channels(self.expand_ratio)
+        h = self.act(self.expand_bn(self.expand_conv(x, out_channels=mid)))
+        h = self.act(self.dw_bn(self.dw_conv(h, kernel_size=self.kernel_size)))
+        h = self.project_bn(self.project_conv(h, out_channels=self.out_channels))
+        return x + h if self.use_shortcut else h
+
+    def extract(self) -> InvertedResidual:
+        mid = self.mid_channels(self.expand_ratio)
+        block = InvertedResidual(self.in_channels, self.out_channels, kernel_size=self.kernel_size,
+                                 mid_channels=mid, stride=self.stride, act_layer=self.act_layer)
+        if mid == self.in_channels:  # the static block has no expand conv then; the elastic one always has
+            raise ArchError(f"expanded width {mid} equals input width {self.in_channels}: use ratios > 1")
+        block.expand[0] = self.expand_conv.export(self.in_channels, mid, 1)
+        block.expand[1] = self.expand_bn.export(mid)
+        block.depthwise[0] = self.dw_conv.export(mid, mid, self.kernel_size)
+        block.depthwise[1] = self.dw_bn.export(mid)
+        block.project[0] = self.project_conv.export(mid, self.out_channels, 1)
+        block.project[1] = self.project_bn.export(self.out_channels)
+        return block
+
+
+class MobileNetSupernet(Supernet):
+    def __init__(self, space: "MobileNetSpace"):
+        super().__init__()
+        cfg, act = space.config, space.act_layer
+        self.space = space
+        self.stem = ConvBnAct(space.input_shape[0], cfg.stem_width, 3, stride=cfg.stem_stride, act_layer=act)
+        self.first = space.first_block() if cfg.first_width else nn.Identity()
+        self.stages = nn.ModuleList()
+        in_ch = cfg.first_width or cfg.stem_width
+        for stage in cfg.stages:
+            blocks = nn.ModuleList()
+            for i in range(max(stage.depths)):
+                blocks.append(ElasticInvertedResidual(in_ch, stage.width, stride=stage.stride if i == 0 else 1,
+                                                      kernel_sizes=cfg.kernel_sizes, expand_ratios=cfg.expand_ratios,
+                                                      act_layer=act, channel_divisor=cfg.channel_divisor))
+                in_ch = stage.width
+            self.stages.append(blocks)
+        self.head = ClassifierHead(in_ch, cfg.head_width, space.num_outputs, dropout=cfg.dropout, act_layer=act)
+        self.depths = [max(s.depths) for s in cfg.stages]
+        self.apply(_init_weights)
+
+    def set_active(self, arch: dict) -> None:
+        arch = self.space.validate(arch)
+        self.depths = list(arch["depth"])
+        for blocks, kernels, expands in zip(self.stages, arch["kernel"], arch["expand"]):
+            for block, k, e in zip(blocks, kernels, expands):
+                block.set_active(k, e)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.first(self.stem(x))
+        for blocks, depth in zip(self.stages, self.depths):
+            for block in blocks[:depth]:
+                x = block(x)
+        return self.head(x)
+
+    def extract(self, arch: dict) -> MobileNet:
+        self.set_active(arch)
+        blocks = [copy.deepcopy(self.first)] if not isinstance(self.first, nn.Identity) else []
+        for stage_blocks, depth in zip(self.stages, self.depths):
+            blocks += [block.extract() for block in stage_blocks[:depth]]
+        net = MobileNet(copy.deepcopy(self.stem), blocks, copy.deepcopy(self.head))
+        return net.train(self.training)
+
+
+def _init_weights(m: nn.Module) -> None:
+    if isinstance(m, nn.Conv2d):
+        nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+    elif isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, 0, 0.01)
+        nn.init.zeros_(m.bias)
+
+
+# ------------------------------------------------------------------------------------------ the space
+@register_space("mobilenet", MobileNetSpaceConfig)
+class MobileNetSpace(SearchSpace):
+    """MobileNet-style space (see the module docstring). Config: `MobileNetSpaceConfig`."""
+
+    def __init__(self, config: MobileNetSpaceConfig, *, input_shape, num_outputs: int):
+        super().__init__(input_shape, num_outputs)
+        if config.activation not in ACTIVATIONS:
+            raise ArchError(f"space.activation: {config.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if not config.stages:
+            raise ArchError("space.stages: at least one stage is needed")
+        for i, stage in enumerate(config.stages):
+            if not stage.depths or min(stage.depths) < 1:
+                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
+        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
+            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
+        if any(e <= 1 for e in config.expand_ratios):
+            raise ArchError(f"space.expand_ratios: ratios must be > 1, got {config.expand_ratios}")
+        self.config = config
+        self.act_layer = ACTIVATIONS[config.activation]
+        self.kernels = tuple(sorted(config.kernel_sizes))
+        self.expands = tuple(sorted(config.expand_ratios))
+
+    def _build_choices(self) -> list[Choice]:
+        choices = []
+        for s, stage in enumerate(self.config.stages):
+            choices.append(Choice(f"s{s}.depth", tuple(sorted(stage.depths))))
+            for b in range(max(stage.depths)):
+                choices.append(Choice(f"s{s}.b{b}.kernel", self.kernels))
+                choices.append(Choice(f"s{s}.b{b}.expand", self.expands))
+        return choices
+
+    def arch_from_assignment(self, values: dict[str, Any]) -> dict:
+        depth = [int(values[f"s{s}.depth"]) for s in range(len(self.config.stages))]
+        return {"depth": depth,
+                "kernel": [[int(values[f"s{s}.b{b}.kernel"]) for b in range(d)] for s, d in enumerate(depth)],
+                "expand": [[int(values[f"s{s}.b{b}.expand"]) for b in range(d)] for s, d in enumerate(depth)]}
+
+    def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
+        missing = {"depth", "kernel", "expand"} - set(arch)
+        extra = set(arch) - {"depth", "kernel", "expand"}
+        if missing or extra:
+            raise ArchError(f"arch keys must be depth, kernel, expand (missing {sorted(missing)}, "
+                            f"unknown {sorted(extra)})")
+        n = len(self.config.stages)
+        for key in ("depth", "kernel", "expand"):
+            if not isinstance(arch[key], list) or len(arch[key]) != n:
+                raise ArchError(f"arch.{key}: expected a list of {n} stages")
+        values = {}
+        for s, stage in enumerate(self.config.stages):
+            depth = arch["depth"][s]
+            if depth not in stage.depths:
+                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
+            values[f"s{s}.depth"] = depth
+            for key in ("kernel", "expand"):
+                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
+                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
+            for b in range(max(stage.depths)):
+                values[f"s{s}.b{b}.kernel"] = arch["kernel"][s][b] if b < depth else self.kernels[0]
+                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.expands[0]
+        return values
+
+    def build_supernet(self) -> MobileNetSupernet:
+        return MobileNetSupernet(self)
+
+    def first_block(self) -> InvertedResidual:
+        cfg = self.config
+        return InvertedResidual(cfg.stem_width, cfg.first_width, kernel_size=3, mid_channels=cfg.stem_width,
+                                stride=1, act_layer=self.act_layer)
+
+    def all_blocks(self) -> list[Block]:
+        # every (kernel, expand) pair at every block position of the deepest arch covers all keys
+        unique: dict[str, Block] = {}
+        for k in self.kernels:
+            for e in self.expands:
+                arch = {"depth": [max(s.depths) for s in self.config.stages]}
+                arch["kernel"] = [[k] * d for d in arch["depth"]]
+                arch["expand"] = [[e] * d for d in arch["depth"]]
+                unique.update((b.key, b) for b in self.blocks(arch))
+        return list(unique.values())
+
+    def blocks(self, arch: dict) -> list[Block]:
+        arch = self.validate(arch)
+        cfg, act = self.config, self.act_layer
+        c, h, w = self.input_shape
+        shape = lambda ch: f"{ch}x{h}x{w}"
+        out = [Block(f"stem|in{shape(c)}|out{cfg.stem_width}|k3|s{cfg.stem_stride}|{cfg.activation}", (1, c, h, w),
+                     lambda c=c: ConvBnAct(c, cfg.stem_width, 3, stride=cfg.stem_stride, act_layer=act))]
+        c, h, w = cfg.stem_width, -(-h // cfg.stem_stride), -(-w // cfg.stem_stride)
+        if cfg.first_width:
+            out.append(Block(f"mbconv|k3|e1|in{shape(c)}|out{cfg.first_width}|s1|{cfg.activation}", (1, c, h, w),
+                             self.first_block))
+            c = cfg.first_width
+        for s, stage in enumerate(cfg.stages):
+            for b, (k, e) in enumerate(zip(arch["kernel"][s], arch["expand"][s])):
+                stride = stage.stride if b == 0 else 1
+                mid = make_divisible(c * e, cfg.channel_divisor)
+                out.append(Block(f"mbconv|k{k}|e{e}|in{shape(c)}|out{stage.width}|s{stride}|{cfg.activation}",
+                                 (1, c, h, w),
+                                 lambda c=c, o=stage.width, k=k, mid=mid, s=stride: InvertedResidual(
+                                     c, o, kernel_size=k, mid_channels=mid, stride=s, act_layer=act)))
+                c, h, w = stage.width, -(-h // stride), -(-w // stride)
+        out.append(Block(f"head|in{shape(c)}|mid{cfg.head_width}|out{self.num_outputs}|{cfg.activation}",
+                         (1, c, h, w), lambda c=c: ClassifierHead(c, cfg.head_width, self.num_outputs,
+                                                                  dropout=cfg.dropout, act_layer=act)))
+        return out

@@ -1,0 +1,138 @@
+"""Image classification: data splits, loss, top-1 evaluation."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .data import (FASHION_MNIST_DIR, Augment, DataError, EpochBatches, FolderImages, TensorImages, iterate_eval,
+                   read_cifar, read_fashion_mnist, split_indices)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ClassificationConfig", "ClassificationTask", "DATASETS"]
+
+DATASETS = ("fashion_mnist", "cifar10", "cifar100", "image_folder")
+_STATS = {  # per-channel mean / std of the training sets
+    "fashion_mnist": ((0.2860,), (0.3530,)),
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+@dataclass
+class ClassificationConfig:
+    """Classification data and training recipe.
+
+    Args:
+        dataset: one of `DATASETS`. `image_folder` reads `root/train` and `root/val` (ImageFolder layout).
+        root: where the data lies (Fashion-MNIST: the Debian package's folder; CIFAR: torchvision's layout).
+        image_size: network input size for `image_folder` (in-memory sets keep their native size).
+        val_size: training images held out for the search's accuracy (the test set is only used in reports).
+        label_smoothing: of the cross-entropy loss (timm's LabelSmoothingCrossEntropy).
+        calib_images: training images (un-augmented) used to recalibrate batch norm of a subnet.
+        eval_images: evaluate on the first N images of a split (0 = all).
+    """
+
+    type: str = "classification"
+    dataset: str = "fashion_mnist"
+    root: str = FASHION_MNIST_DIR
+    image_size: int = 224
+    val_size: int = 5000
+    batch_size: int = 128
+    eval_batch_size: int = 1000
+    crop_padding: int = 2
+    hflip: bool = True
+    random_erasing: float = 0.0
+    auto_augment: Optional[str] = None
+    label_smoothing: float = 0.1
+    calib_images: int = 2000
+    eval_images: int = 0
+
+
+class ClassificationTask:
+    """Splits, batches, loss and top-1 of a classification data set.
+
+    The search ranks architectures by top-1 on `val` (held out from the training set); `test` is reported.
+    """
+
+    metric = "top1"
+
+    def __init__(self, config: ClassificationConfig, seed: int):
+        if config.dataset not in DATASETS:
+            raise DataError(f"unknown dataset {config.dataset!r}; valid: {', '.join(DATASETS)}")
+        self.config = config
+        train_full, self.test = self._load(config)
+        train_idx, val_idx = split_indices(len(train_full), config.val_size, seed=seed)
+        if isinstance(train_full, TensorImages):  # folder sources augment with timm's per-sample transforms
+            self.train = train_full.subset(train_idx, Augment(config.crop_padding, config.hflip, config.random_erasing))
+        else:
+            self.train = train_full.subset(train_idx)
+        self.val = train_full.subset(val_idx)
+        # un-augmented training images for batch-norm recalibration: a fixed sample, the same for every subnet
+        calib_idx = np.random.default_rng([seed, 1]).permutation(len(train_idx))[:config.calib_images]
+        self.calib = train_full.subset(train_idx[np.sort(calib_idx)])
+        self.num_classes = train_full.num_classes
+        self.input_shape = tuple(train_full.image_shape)
+        self.train_batches = EpochBatches(self.train, config.batch_size, seed)
+        self._criterion = self._make_criterion(config.label_smoothing)
+        logger.info("%s: %d train / %d val / %d test images, %d classes, input %s", config.dataset, len(self.train),
+                    len(self.val), len(self.test), self.num_classes, "x".join(map(str, self.input_shape)))
+
+    @staticmethod
+    def _make_criterion(smoothing: float) -> nn.Module:
+        from timm.loss import LabelSmoothingCrossEntropy
+
+        return LabelSmoothingCrossEntropy(smoothing) if smoothing > 0 else nn.CrossEntropyLoss()
+
+    @staticmethod
+    def _load(config: ClassificationConfig):
+        if config.dataset == "fashion_mnist":
+            mean, std = _STATS["fashion_mnist"]
+            train = TensorImages(*read_fashion_mnist(config.root, train=True), 10, mean, std)
+            test = TensorImages(*read_fashion_mnist(config.root, train=False), 10, mean, std)
+        elif config.dataset in ("cifar10", "cifar100"):
+            n = 10 if config.dataset == "cifar10" else 100
+            mean, std = _STATS[config.dataset]
+            train = TensorImages(*read_cifar(config.root, True, n), n, mean, std)
+            test = TensorImages(*read_cifar(config.root, False, n), n, mean, std)
+        else:
+            root = Path(config.root)
+            for part in ("train", "val"):
+                if not (root / part).is_dir():
+                    raise DataError(f"image_folder dataset needs {root / part} (one sub-folder per class)")
+            train = FolderImages(root / "train", config.image_size, auto_augment=config.auto_augment,
+                                 random_erasing=config.random_erasing)
+            test = FolderImages(root / "val", config.image_size)
+        return train, test
+
+    # ------------------------------------------------------------------------------------------- training
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return self._criterion(output, target)
+
+    @staticmethod
+    def distill_loss(output: torch.Tensor, teacher_output: torch.Tensor) -> torch.Tensor:
+        """In-place distillation (BigNAS / OFA): cross-entropy against the largest subnet's soft labels."""
+        return torch.sum(-F.softmax(teacher_output.detach(), dim=-1) * F.log_softmax(output, dim=-1), dim=-1).mean()
+
+    def calibration_batches(self) -> Iterator[torch.Tensor]:
+        for x, _ in iterate_eval(self.calib, self.config.eval_batch_size):
+            yield x
+
+    # ------------------------------------------------------------------------------------------- evaluation
+    @torch.no_grad()
+    def evaluate(self, model: nn.Module, split: str = "val") -> float:
+        """Top-1 accuracy in percent on `split` ('val' or 'test')."""
+        source = {"val": self.val, "test": self.test}[split]
+        model.eval()
+        correct = total = 0
+        for x, y in iterate_eval(source, self.config.eval_batch_size, self.config.eval_images or None):
+            correct += int((model(x).argmax(dim=1) == y).sum())
+            total += len(y)
+        return 100.0 * correct / total
