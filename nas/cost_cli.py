@@ -1,12 +1,139 @@
-"""`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk."""
+"""`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk.
+
+    vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
+    vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
+    vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr] [--output-in-ddr]
+                                                    [--dma-model dma_2_7.vpunn] [--details]
+                                                                              -> layer_id,strategy,cycles,error
+    vpunas vpunn dma   MODEL_FILE IN.csv -o OUT.csv                           -> id,cycles,error
+
+MODEL_FILE is a path, or a file name looked up in the model folder (--model-dir, $VPUNAS_VPUNN_DIR, or
+../shared/vpunn/models beside the project).
+"""
 from __future__ import annotations
+
+import argparse
+import logging
+
+from hw_cost import CostModelError, load_cost_model
+
+__all__ = ["add_cost_parser", "add_vpunn_parser", "parse_input_shape", "build_named_model"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_input_shape(text: str) -> tuple[int, int, int, int]:
+    """'1x3x224x224' (or '3x224x224', batch 1) -> (N, C, H, W)."""
+    try:
+        dims = tuple(int(d) for d in text.lower().replace(",", "x").split("x"))
+    except ValueError:
+        dims = ()
+    if len(dims) == 3:
+        dims = (1,) + dims
+    if len(dims) != 4 or min(dims) < 1:
+        raise CostModelError(f"--input {text!r}: expected NxCxHxW (or CxHxW), e.g. 1x3x224x224")
+    return dims
+
+
+def build_named_model(name: str, num_classes: int | None = None):
+    """A torchvision or timm model by name, with random weights (latency only)."""
+    import torchvision
+
+    kwargs = {} if num_classes is None else {"num_classes": num_classes}
+    if name in torchvision.models.list_models():
+        return torchvision.models.get_model(name, weights=None, **kwargs)
+    import timm
+
+    if timm.is_model(name):
+        return timm.create_model(name, pretrained=False, **kwargs)
+    close = sorted(set(torchvision.models.list_models()) | set(timm.list_models(f"*{name[:5]}*")))
+    hint = [m for m in close if name[:5] in m][:8]
+    raise CostModelError(f"unknown model {name!r}: not a torchvision or timm model name"
+                         + (f" (similar: {', '.join(hint)})" if hint else ""))
+
+
+def _cost(args) -> int:
+    options = {}
+    if args.cost.startswith("vpunn:"):  # other kinds carry their own precision and files
+        options["dtype"] = args.dtype
+        if args.model_dir:
+            options["model_dir"] = args.model_dir
+    cost_model = load_cost_model(args.cost, **options)
+    shape = parse_input_shape(args.input)
+    model = build_named_model(args.model)
+    network_cost = getattr(cost_model, "network_cost", None)
+    if network_cost is None:  # a cost model without per-layer costs (e.g. a latency table)
+        ms = cost_model.model_latency_ms(model, shape)
+        print(f"{args.model} on {cost_model.name}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
+        return 0
+    result = network_cost(model, shape)
+    print(result.table())
+    print(f"{args.model} on {cost_model.name} ({args.dtype}, input {'x'.join(map(str, shape))}): "
+          f"{result.ms:.4f} ms, {result.fps:.1f} fps")
+    return 0
 
 
 def add_cost_parser(sub) -> None:
-    p = sub.add_parser("cost", help="latency of a network on a cost model")
-    p.set_defaults(handler=lambda args: (_ for _ in ()).throw(NotImplementedError("vpunas cost")))
+    p = sub.add_parser("cost", help="latency of a network on a cost model, with a per-layer table",
+                       description="Latency of a torchvision or timm model on a cost model (per-layer table for "
+                                   "VPUNN, then total ms and fps).")
+    p.add_argument("model", metavar="MODEL", help="torchvision or timm model name, e.g. mobilenet_v2")
+    p.add_argument("--cost", default="vpunn:VPU_2_7",
+                   help="cost model spec: vpunn:VPU_2_7 (default), vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE")
+    p.add_argument("--input", default="1x3x224x224", help="input shape NxCxHxW (default 1x3x224x224)")
+    p.add_argument("--dtype", choices=("uint8", "fp16"), default="uint8", help="inference precision")
+    p.add_argument("--model-dir", help="folder of the .vpunn files")
+    p.set_defaults(handler=_cost)
+
+
+def _vpunn_dpu(args) -> int:
+    from hw_cost.vpunn.tables import dpu_table
+
+    n = dpu_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
+    log.info("costed %d DPU workloads -> %s", n, args.output)
+    return 0
+
+
+def _vpunn_layer(args) -> int:
+    from hw_cost.vpunn.tables import layer_table
+
+    n = layer_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device,
+                    dma_model=args.dma_model, prefetching=not args.no_prefetch, input_in_ddr=args.input_in_ddr,
+                    output_in_ddr=args.output_in_ddr, details=args.details)
+    log.info("costed %d layers -> %s", n, args.output)
+    return 0
+
+
+def _vpunn_dma(args) -> int:
+    from hw_cost.vpunn.tables import dma_table
+
+    n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir)
+    log.info("costed %d DMA transfers -> %s", n, args.output)
+    return 0
 
 
 def add_vpunn_parser(sub) -> None:
-    p = sub.add_parser("vpunn", help="raw VPUNN queries in bulk (dpu | layer | dma)")
-    p.set_defaults(handler=lambda args: (_ for _ in ()).throw(NotImplementedError("vpunas vpunn")))
+    p = sub.add_parser("vpunn", help="raw VPUNN queries in bulk (dpu | layer | dma)",
+                       description="Cost a CSV of DPU workloads, layers or DMA transfers with a .vpunn model file.")
+    kinds = p.add_subparsers(dest="vpunn_kind", required=True, metavar="KIND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("model_file", metavar="MODEL_FILE", help="a .vpunn file, or its name in the model folder")
+    common.add_argument("input_csv", metavar="IN.csv", help="input table (columns of the reference vectors)")
+    common.add_argument("-o", "--output", required=True, metavar="OUT.csv", help="output table")
+    common.add_argument("--model-dir", help="folder of the .vpunn files")
+    by_device = argparse.ArgumentParser(add_help=False)
+    by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0 or VPU_2_7)")
+
+    dpu = kinds.add_parser("dpu", parents=[common, by_device], help="DPU workloads -> id,cycles,error")
+    dpu.set_defaults(handler=_vpunn_dpu)
+
+    layer = kinds.add_parser("layer", parents=[common, by_device], help="layers -> layer_id,strategy,cycles,error")
+    layer.add_argument("--no-prefetch", action="store_true", help="add each layer's weights DMA")
+    layer.add_argument("--input-in-ddr", action="store_true", help="add the DDR->CMX transfer of the input")
+    layer.add_argument("--output-in-ddr", action="store_true", help="add the CMX->DDR transfer of the output")
+    layer.add_argument("--dma-model", metavar="FILE", help="DMA NN for those transfers (default: theoretical DMA)")
+    layer.add_argument("--details", action="store_true", help="add the per-tile detail columns")
+    layer.set_defaults(handler=_vpunn_layer)
+
+    dma = kinds.add_parser("dma", parents=[common], help="DMA transfers -> id,cycles,error")
+    dma.set_defaults(handler=_vpunn_dma)

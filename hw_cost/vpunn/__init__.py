@@ -1,0 +1,31 @@
+"""Intel's VPUNN cost models (VPU 2.0 / VPU 2.7), read from the published `.vpunn` files and run in numpy.
+
+* `read_vpunn`: the FlatBuffers model file reader.
+* `DpuModel`: DPU workloads (`DPUWorkload`) -> cycles, batched, with the official sanitizer and error codes.
+* `DmaModel`, `theoretical_dma_cycles`: DMA transfers.
+* `LayerModel`: whole layers split over tiles and into workloads (`dpu_layer`, `LayerRequest`).
+* `VpunnCostModel` / `load_vpunn_cost_model("VPU_2_7")`: latency of torch networks (`hw_cost.CostModel`).
+
+Behaviour follows ../shared/docs/vpunn-reference.md; the model files come from Intel's repository
+intel/npu-nn-cost-model (folder models/), found through `paths.find_model_dir`.
+"""
+from .devices import DEVICES, DeviceConfig, device_config
+from .dma import DMAWorkload, DmaModel, dma_workload_from_row, theoretical_dma_cycles
+from .dpu import DpuModel
+from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, ISIStrategy, Layout, Operation,
+                    Swizzling, VPUDevice, VPUTilingStrategy)
+from .errors import ERROR_CODES, VpunnError, error_name, is_error
+from .layer import LayerModel, LayerRequest, LayerResult, TileResult, dpu_layer
+from .network import COST_MODEL_OPTIONS, LayerCost, NetworkCost, VpunnCostModel, load_vpunn_cost_model
+from .paths import ENV_VAR, find_model_dir, resolve_model_file
+from .reader import VpunnNetwork, parse_model_name, read_vpunn
+from .workload import DPUWorkload, workload_from_row
+
+__all__ = [
+    "ActivationFunction", "COST_MODEL_OPTIONS", "DEVICES", "DMADirection", "DMAWorkload", "DPUWorkload", "DataType",
+    "DeviceConfig", "DmaModel", "DpuModel", "ENV_VAR", "ERROR_CODES", "ExecutionMode", "ISIStrategy", "LayerCost",
+    "LayerModel", "LayerRequest", "LayerResult", "Layout", "NetworkCost", "Operation", "Swizzling", "TileResult",
+    "VPUDevice", "VPUTilingStrategy", "VpunnCostModel", "VpunnError", "VpunnNetwork", "device_config",
+    "dma_workload_from_row", "dpu_layer", "error_name", "find_model_dir", "is_error", "load_vpunn_cost_model",
+    "parse_model_name", "read_vpunn", "resolve_model_file", "theoretical_dma_cycles", "workload_from_row",
+]

@@ -15,7 +15,7 @@ from .errors import VpunnError
 from .sanitizer import weight_channels
 from .workload import F
 
-__all__ = ["encode", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
+__all__ = ["encode", "first_unencodable", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
 
 DESCRIPTOR_SIZES = {10: 67, 11: 93}
 IMPLEMENTED_INTERFACES = tuple(DESCRIPTOR_SIZES)
@@ -72,6 +72,32 @@ def _one_hot(out: np.ndarray, start: int, values: np.ndarray, key: str, version:
         raise VpunnError(f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
                          f"(it knows {', '.join(names)})")
     out[np.arange(len(out)), start + idx] = 1.0
+
+
+_FIELDS_BY_VERSION = {
+    10: ((F.device, "device10"), (F.operation, "operation10"), (F.in_dtype, "dtype10"), (F.out_dtype, "dtype10"),
+         (F.execution_mode, "mode10"), (F.activation, "activation10"), (F.in_swizzling0, "swizzling"),
+         (F.in_swizzling1, "swizzling"), (F.out_swizzling0, "swizzling")),
+    11: ((F.device, "device11"), (F.operation, "operation11"), (F.in_dtype, "dtype11"), (F.out_dtype, "dtype11"),
+         (F.in_layout, "layout11"), (F.out_layout, "layout11"), (F.execution_mode, "mode11"),
+         (F.isi_strategy, "isi11")),
+}
+
+
+def first_unencodable(m: np.ndarray, version: int) -> tuple[int, str] | None:
+    """(row, reason) of the first workload interface `version` cannot encode, or None."""
+    for col, key in _FIELDS_BY_VERSION.get(version, ()):
+        enum_cls, names, table = _MAP[key]
+        codes = m[:, col].astype(np.int64)
+        inside = (codes >= 0) & (codes < len(table))
+        bad = ~inside | (table[np.where(inside, codes, 0)] < 0)
+        if bad.any():
+            row = int(np.argmax(bad))
+            code = int(codes[row])
+            name = enum_cls(code).name if 0 <= code < len(enum_cls) else str(code)
+            return row, (f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
+                         f"(it knows {', '.join(names)})")
+    return None
 
 
 def _sparsity_6dp(values: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .descriptors import DESCRIPTOR_SIZES, encode
+from .descriptors import DESCRIPTOR_SIZES, encode, first_unencodable
 from .enums import Operation
 from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
 from .reader import VpunnNetwork, read_vpunn
@@ -21,7 +21,7 @@ from .sanitizer import check, sanitize
 from .theoretical import theoretical_cycles
 from .workload import F, DPUWorkload, workloads_to_matrix
 
-__all__ = ["DpuModel", "LruCache", "nn_to_cycles"]
+__all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_to_cycles"]
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,14 @@ log = logging.getLogger(__name__)
 CYCLES_OUTPUT_VERSION = 2
 _MAX_NN_CYCLES = 4e9
 _EXTRAPOLATED_OPS = (Operation.DW_CONVOLUTION, Operation.MAXPOOL, Operation.AVEPOOL)
+
+
+class UnencodableWorkload(VpunnError):
+    """A valid workload that the model's descriptor interface cannot express (the runtime throws too)."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"workload {index}: {reason}")
+        self.index, self.reason = index, reason
 
 
 class LruCache:
@@ -155,6 +163,9 @@ class DpuModel:
         if len(ok) == 0:
             return result
         sv = s[ok]
+        bad = first_unencodable(sv, self.version)
+        if bad is not None:
+            raise UnencodableWorkload(int(ok[bad[0]]), bad[1])
         op = sv[:, F.operation].astype(np.int64)
         dual = (sv[:, F.in_sparsity_enabled] != 0) & (sv[:, F.weight_sparsity_enabled] != 0)
         extra = np.isin(op, _EXTRAPOLATED_OPS) & (sv[:, F.in_c] > 64) & ~dual

@@ -1,0 +1,474 @@
+"""`VpunnCostModel`: latency of whole torch networks on VPU 2.0 / 2.7 from the VPUNN layer model.
+
+Every `LayerSpec` of `hw_cost.extract_layers` is costed by one documented rule (the `rule` column of the
+per-layer table), never dropped:
+
+* **dpu** - conv, depthwise conv, linear, add, max/avg pool run on the DPU through the layer model
+  (`LayerModel`, default AUTO_MIN over clustering / SOH-overlapped / SOK). Shapes go to VPUNN's W, H, C order,
+  batch 1 (a batch of N costs N times one image). Channels are padded up to multiples of 16, except that on
+  VPU 2.7 a conv with 1-15 input channels keeps them (VPUNN runs it as CM_CONVOLUTION); VPU 2.0 has no
+  CM_CONV in its layer model, so there the input channels are padded to 16 too. A linear layer is a 1x1 conv.
+  A grouped (not depthwise) conv costs the cheaper of a dense conv with block-diagonal weights and its groups
+  run one after another. relu/relu6 fuse as RELU, leaky_relu as LRELU.
+* **dpu+act** - any other fused activation (hardswish, sigmoid, silu, gelu, tanh, ...): the DPU layer without
+  activation plus a SHAVE pass over the output, costed by the memory-bound rule.
+* **dpu-split KxH** - a layer no strategy can fit in CMX (ERROR_INPUT_TOO_BIG, common on VPU 2.0 at 224x224)
+  is cut, as a compiler would, into K output-channel chunks x H output-row slices (slices keep their share of
+  the padding and overlap like SOH tiles), the smallest cut whose pieces fit CMX; the pieces run one after
+  another and their costs add.
+* **dpu-theoretical** - a DPU layer the layer model rejects for another reason (e.g. a kernel above 15 or a
+  stride above 8) costs VPUNN's theoretical cycles of the whole layer as one workload.
+* **memory-bound** - ops the DPU does not run (pixel_shuffle, global_avgpool, upsample, concat, mul,
+  standalone act / batchnorm, other): bytes read + bytes written moved once through CMX at the theoretical DMA
+  rate (VPUNN's legacy DMA model, CMX->CMX, latency included). Reads are the input tensor (mul: input and an
+  output-sized operand; concat: the output-sized inputs), writes the output tensor.
+
+Cycles are DPU clock cycles (700 MHz on VPU 2.0, 1300 MHz on VPU 2.7).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch.nn as nn
+
+from ..cost_model import Block, CostModel
+from ..layers import LayerSpec, extract_layers
+from .devices import device_config
+from .dma import DmaModel, theoretical_dma_cycles
+from .dpu import DpuModel
+from .enums import ActivationFunction, DataType, DMADirection, ExecutionMode, Operation, VPUDevice, VPUTilingStrategy, \
+    parse_enum
+from .errors import ERROR_INPUT_TOO_BIG, VpunnError
+from .layer import LayerModel, LayerRequest, LayerResult, dpu_layer
+from .paths import MODEL_FILES, resolve_model_file
+from .reader import VpunnNetwork, read_vpunn
+from .sanitizer import PAGE, cmx_required, sanitize
+from .theoretical import theoretical_cycles
+from .workload import DPUWorkload, workloads_to_matrix
+
+__all__ = ["VpunnCostModel", "LayerCost", "NetworkCost", "load_vpunn_cost_model", "read_model_cached",
+           "COST_MODEL_OPTIONS"]
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_TILES = {VPUDevice.VPU_2_0: (1, 5), VPUDevice.VPU_2_7: (2, 1)}  # (n_tiles, n_dpu), the reference configs
+_STRATEGY_ALIASES = {"SOHO": "SOH_Overlapped", "CLUSTERING": "NONE", "AUTO": "AUTO_MIN"}
+_ACTIVATIONS = {"none": ActivationFunction.NONE, "relu": ActivationFunction.RELU, "relu6": ActivationFunction.RELU,
+                "leaky_relu": ActivationFunction.LRELU}
+_DPU_OPS = ("conv", "dwconv", "linear", "add", "maxpool", "avgpool")
+_MAX_SPLIT_ROUNDS = 6
+
+#: options of `load_vpunn_cost_model`, with their meaning (unknown options are rejected)
+COST_MODEL_OPTIONS = {
+    "model_dir": "folder of .vpunn files (default: $VPUNAS_VPUNN_DIR or ../shared/vpunn/models)",
+    "dtype": "'uint8' (default) or 'fp16': the precision extract_layers gives the layers",
+    "fast": "use the .fast model file (same as the '.fast' suffix)",
+    "n_tiles": "tiles per layer (default 2 on VPU 2.7, 1 on VPU 2.0)",
+    "n_dpu": "the layer model's nDPU argument (default 1 on VPU 2.7, 5 on VPU 2.0)",
+    "strategy": "AUTO_MIN (default), NONE, SOHO or SOK",
+    "weights_dma": "add the weights DMA of every layer (prefetching off); default False",
+    "activations_in_ddr": "add a DDR->CMX input and a CMX->DDR output transfer per DPU layer; default False",
+    "dma": "'theoretical' (default) or 'nn' (dma_2_7.vpunn) for those transfers",
+}
+
+_NETWORK_CACHE: dict[tuple[str, int, int], VpunnNetwork] = {}
+
+
+def read_model_cached(path) -> VpunnNetwork:
+    """`read_vpunn`, once per file version: parsed files are immutable and shared by cost models."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _NETWORK_CACHE:
+        _NETWORK_CACHE[key] = read_vpunn(path)
+    return _NETWORK_CACHE[key]
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """Cost of one layer: total cycles (DPU clock), milliseconds, the rule used, and for DPU layers the strategy."""
+
+    spec: LayerSpec
+    cycles: int
+    ms: float
+    rule: str
+    strategy: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class NetworkCost:
+    """Per-layer costs of a network and the totals at the device clock."""
+
+    layers: tuple[LayerCost, ...]
+    model: str
+    clock_mhz: float
+    batch: int = 1
+
+    @property
+    def total_cycles(self) -> int:
+        return sum(lay.cycles for lay in self.layers)
+
+    @property
+    def ms(self) -> float:
+        return self.total_cycles / (self.clock_mhz * 1e3)
+
+    @property
+    def fps(self) -> float:
+        return self.batch * 1e3 / self.ms if self.ms > 0 else float("inf")
+
+    def table(self) -> str:
+        """A plain-text per-layer table with the totals."""
+        head = f"{'#':>3}  {'layer':<34} {'op':<14} {'in (NCHW)':<18} {'out (NCHW)':<18} {'rule':<18} " \
+               f"{'strategy':<15} {'cycles':>10} {'ms':>9}"
+        lines = [head, "-" * len(head)]
+        shape = lambda s: "x".join(map(str, s))  # noqa: E731
+        for i, lay in enumerate(self.layers):
+            s = lay.spec
+            op = s.op if s.activation == "none" else f"{s.op}+{s.activation}"
+            lines.append(f"{i:>3}  {s.name[:34]:<34} {op[:14]:<14} {shape(s.in_shape):<18} {shape(s.out_shape):<18} "
+                         f"{lay.rule:<18} {lay.strategy:<15} {lay.cycles:>10} {lay.ms:>9.4f}")
+        lines.append("-" * len(head))
+        lines.append(f"{self.model}: {len(self.layers)} layers, {self.total_cycles} cycles at {self.clock_mhz:g} MHz "
+                     f"= {self.ms:.4f} ms, {self.fps:.1f} fps (batch {self.batch})")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Plan:
+    """How one LayerSpec is costed: alternatives of (DPU layer, repeat) lists (the cheapest wins) + SHAVE work."""
+
+    alternatives: list[list[tuple[DPUWorkload, int]]]
+    extra_cycles: int
+    rule: str
+
+
+def _signature(spec: LayerSpec) -> tuple:
+    """Everything that determines a layer's cost (`LayerSpec.signature` as a tuple: cheaper to build)."""
+    return (spec.op, spec.in_shape, spec.out_shape, spec.kernel, spec.stride, spec.padding, spec.groups,
+            spec.activation, spec.dtype)
+
+
+def _pad16(c: int) -> int:
+    return max(16, -(-c // 16) * 16)
+
+
+class VpunnCostModel(CostModel):
+    """Network latency on VPU 2.0 / 2.7 from Intel's VPUNN models, run in numpy (see the module docstring).
+
+    Args:
+        device: VPU_2_0 or VPU_2_7.
+        dpu: the DPU model (vpu_2_x[.fast].vpunn).
+        name: the spec recorded with results, e.g. "vpunn:VPU_2_7".
+        dtype: "uint8" or "fp16", the precision layers are extracted with.
+        n_tiles / n_dpu: arguments of the layer model (defaults: the reference configurations).
+        strategy: a VPUTilingStrategy; AUTO_MIN takes the best of the three.
+        dma: DmaModel for the DMA terms, None for the theoretical DMA model.
+        weights_dma / activations_in_ddr: add those DMA terms to every DPU layer.
+    """
+
+    def __init__(self, device: VPUDevice, dpu: DpuModel, *, name: str = "", dtype: str = "uint8",
+                 n_tiles: int | None = None, n_dpu: int | None = None,
+                 strategy: VPUTilingStrategy = VPUTilingStrategy.AUTO_MIN, dma: DmaModel | None = None,
+                 weights_dma: bool = False, activations_in_ddr: bool = False):
+        if dtype not in ("uint8", "fp16"):
+            raise VpunnError(f"dtype must be 'uint8' or 'fp16', not {dtype!r}")
+        self.device = VPUDevice(device)
+        self.config = device_config(self.device)
+        tiles, dpus = _DEFAULT_TILES[self.device]
+        self.n_tiles = int(n_tiles or tiles)
+        self.n_dpu = int(n_dpu or dpus)
+        if self.n_tiles < 1 or self.n_dpu < 1:
+            raise VpunnError(f"n_tiles and n_dpu must be at least 1 (got {self.n_tiles}, {self.n_dpu})")
+        self.name = name or f"vpunn:{self.device.name}"
+        self.dtype = dtype
+        self.strategy = VPUTilingStrategy(strategy)
+        self.weights_dma = bool(weights_dma)
+        self.activations_in_ddr = bool(activations_in_ddr)
+        self.layer_model = LayerModel(dpu, dma)
+        self._layer_cache: dict[tuple, tuple[int, str, str, str]] = {}
+        self._dpu_cache: dict[DPUWorkload, tuple[int, str, str]] = {}
+        self._block_cache: dict[str, float] = {}
+
+    @property
+    def clock_mhz(self) -> float:
+        return float(self.config.dpu_mhz)
+
+    def __repr__(self) -> str:
+        return (f"VpunnCostModel({self.name}, dtype={self.dtype}, n_tiles={self.n_tiles}, n_dpu={self.n_dpu}, "
+                f"strategy={self.strategy.name})")
+
+    def clear_cache(self) -> None:
+        """Forget every cached result (layers, blocks, tiles, workloads): the next query is cold."""
+        self._layer_cache.clear()
+        self._dpu_cache.clear()
+        self._block_cache.clear()
+        self.layer_model.clear_cache()
+
+    # -- public API -----------------------------------------------------------------------------------------
+
+    def layer_costs(self, layers: Sequence[LayerSpec]) -> list[LayerCost]:
+        """Cost of each layer, all uncached layers in one batch."""
+        keys = [_signature(spec) for spec in layers]
+        todo: dict[tuple, LayerSpec] = {}
+        for key, spec in zip(keys, layers):
+            if key not in self._layer_cache and key not in todo:
+                todo[key] = spec
+        if todo:
+            self._cost_specs(todo)
+        scale = 1.0 / (self.clock_mhz * 1e3)
+        out = []
+        for key, spec in zip(keys, layers):
+            cycles, rule, strategy, detail = self._layer_cache[key]
+            out.append(LayerCost(spec, cycles, cycles * scale, rule, strategy, detail))
+        return out
+
+    def network_cost(self, model: nn.Module | Sequence[LayerSpec], input_shape=None) -> NetworkCost:
+        """Per-layer table and totals of a torch model (input_shape (N, C, H, W)) or of extracted layers."""
+        if isinstance(model, nn.Module):
+            if input_shape is None:
+                raise VpunnError("network_cost of a torch model needs its input shape (N, C, H, W)")
+            layers = extract_layers(model, input_shape, dtype=self.dtype)
+        else:
+            layers = list(model)
+        batch = layers[0].in_shape[0] if layers else 1
+        return NetworkCost(tuple(self.layer_costs(layers)), self.name, self.clock_mhz, batch)
+
+    def model_latency_ms(self, model: nn.Module, input_shape) -> float:
+        return self.network_cost(model, input_shape).ms
+
+    def block_latencies_ms(self, blocks: Sequence[Block]) -> np.ndarray:
+        """Latency of each block; uncached blocks are extracted and their layers costed in one batch."""
+        missing = {b.key: b for b in blocks if b.key not in self._block_cache}
+        if missing:
+            per_block = {key: b.layers(self.dtype) for key, b in missing.items()}
+            costs = self.layer_costs([spec for specs in per_block.values() for spec in specs])
+            pos = 0
+            for key, specs in per_block.items():
+                self._block_cache[key] = sum(c.ms for c in costs[pos:pos + len(specs)])
+                pos += len(specs)
+        return np.array([self._block_cache[b.key] for b in blocks], dtype=np.float64)
+
+    # -- lowering -------------------------------------------------------------------------------------------
+
+    def _bytes(self, shape, dtype: str) -> int:
+        return int(np.prod(shape)) * (1 if dtype == "uint8" else 2)
+
+    def _memory_cycles(self, n_bytes: int) -> int:
+        return int(theoretical_dma_cycles(self.device, n_bytes, DMADirection.CMX2CMX))
+
+    def _shave_cycles(self, spec: LayerSpec) -> int:
+        out = self._bytes(spec.out_shape, spec.dtype)
+        read = {"concat": out, "mul": self._bytes(spec.in_shape, spec.dtype) + out}.get(
+            spec.op, self._bytes(spec.in_shape, spec.dtype))
+        return self._memory_cycles(read + out)
+
+    def _cin(self, c: int) -> int:
+        """Input channels of a conv: kept for 1-15 on VPU 2.7 (CM_CONV), else padded to a multiple of 16."""
+        return c if self.device == VPUDevice.VPU_2_7 and 1 <= c <= 15 else _pad16(c)
+
+    def _lower(self, spec: LayerSpec) -> _Plan:
+        if spec.op not in _DPU_OPS or (spec.op == "add" and spec.in_shape != spec.out_shape):
+            return _Plan([], self._shave_cycles(spec), "memory-bound")
+        n, c_in, h_in, w_in = spec.in_shape
+        _, c_out, h_out, w_out = spec.out_shape
+        act = _ACTIVATIONS.get(spec.activation)
+        extra, rule = 0, "dpu"
+        if act is None:  # an activation the PPE does not do: a SHAVE pass over the output
+            act = ActivationFunction.NONE
+            extra = self._memory_cycles(2 * self._bytes(spec.out_shape, spec.dtype))
+            rule = "dpu+act"
+        dtype = DataType.UINT8 if spec.dtype == "uint8" else DataType.FLOAT16
+        kh, kw = spec.kernel
+        sh, sw = spec.stride
+
+        def make(op, cin, cout, kernel=(kw, kh), stride=(sw, sh), padding=spec.padding):
+            return dpu_layer(self.device, op, (w_in, h_in, cin), (w_out, h_out, cout), kernel=kernel, stride=stride,
+                             padding=padding, dtype=dtype, activation=act)
+
+        if spec.op in ("conv", "linear") and spec.groups == 1:
+            alts = [[(make(Operation.CONVOLUTION, self._cin(c_in), _pad16(c_out)), n)]]
+        elif spec.op == "dwconv":
+            alts = [[(make(Operation.DW_CONVOLUTION, _pad16(c_in), _pad16(c_out)), n)]]
+        elif spec.op == "conv":
+            g = spec.groups
+            alts = [[(make(Operation.CONVOLUTION, self._cin(c_in), _pad16(c_out)), n)],
+                    [(make(Operation.CONVOLUTION, self._cin(c_in // g), _pad16(c_out // g)), n * g)]]
+        elif spec.op == "add":
+            c = _pad16(c_out)
+            alts = [[(make(Operation.ELTWISE, c, c, (1, 1), (1, 1), (0, 0, 0, 0)), n)]]
+        else:
+            op = Operation.MAXPOOL if spec.op == "maxpool" else Operation.AVEPOOL
+            alts = [[(make(op, _pad16(c_in), _pad16(c_out)), n)]]
+        return _Plan(alts, extra, rule)
+
+    # -- costing --------------------------------------------------------------------------------------------
+
+    def _cost_specs(self, todo: dict[tuple, LayerSpec]) -> None:
+        plans = {key: self._lower(spec) for key, spec in todo.items()}
+        needed = {lay for plan in plans.values() for alt in plan.alternatives for lay, _ in alt}
+        self._cost_dpu_layers([lay for lay in needed if lay not in self._dpu_cache])
+        for key, plan in plans.items():
+            if not plan.alternatives:
+                self._layer_cache[key] = (plan.extra_cycles, plan.rule, "", "")
+                continue
+            best = None
+            for alt in plan.alternatives:
+                cycles = sum(self._dpu_cache[lay][0] * k for lay, k in alt)
+                if best is None or cycles < best[0]:
+                    best = (cycles, alt)
+            cycles, alt = best
+            dpu_rule, strategy = self._dpu_cache[alt[0][0]][1:]
+            rule = plan.rule if dpu_rule == "dpu" else dpu_rule + ("+act" if plan.extra_cycles else "")
+            lay = alt[0][0]
+            detail = (f"{lay.operation.name} {lay.in_w}x{lay.in_h}x{lay.in_c} -> {lay.out_w}x{lay.out_h}x{lay.out_c}"
+                      + (f" x{alt[0][1]}" if alt[0][1] > 1 else ""))
+            self._layer_cache[key] = (cycles + plan.extra_cycles, rule, strategy, detail)
+
+    def _requests(self, layers: Sequence[DPUWorkload]) -> list[LayerRequest]:
+        return [LayerRequest(lay, self.strategy, self.n_dpu, self.n_tiles, self.activations_in_ddr,
+                             self.activations_in_ddr, not self.weights_dma) for lay in layers]
+
+    def _cost_dpu_layers(self, layers: list[DPUWorkload]) -> None:
+        """Layer model on all layers at once; CMX overflows are split and costed in further batched rounds."""
+        if not layers:
+            return
+        results = self.layer_model.cost(self._requests(layers))
+        pending: dict[DPUWorkload, tuple[int, int]] = {}
+        for lay, res in zip(layers, results):
+            if res.valid:
+                self._dpu_cache[lay] = (res.cycles, "dpu", res.strategy.name)
+            elif self._too_big(res):
+                split = self._first_fit(lay)
+                if split is None:
+                    self._theoretical(lay, res)
+                else:
+                    pending[lay] = split
+            else:
+                self._theoretical(lay, res)
+        for _ in range(_MAX_SPLIT_ROUNDS):
+            if not pending:
+                break
+            pieces = {lay: self._pieces(lay, *split) for lay, split in pending.items()}
+            flat = [p for ps in pieces.values() for p in ps]
+            results = iter(self.layer_model.cost(self._requests(flat)))
+            retry = {}
+            for lay, ps in pieces.items():
+                res = [next(results) for _ in ps]
+                k, h = pending[lay]
+                if all(r.valid for r in res):
+                    self._dpu_cache[lay] = (sum(r.cycles for r in res), f"dpu-split {k}x{h}",
+                                            res[0].strategy.name)
+                elif any(self._too_big(r) for r in res) and h < lay.out_h:
+                    retry[lay] = (k, min(lay.out_h, 2 * h))
+                elif any(self._too_big(r) for r in res) and lay.out_c // (2 * k) >= 16:
+                    retry[lay] = (2 * k, h)
+                else:
+                    self._theoretical(lay, next(r for r in res if not r.valid))
+            pending = retry
+        for lay in pending:
+            self._theoretical(lay, None)
+
+    @staticmethod
+    def _too_big(res: LayerResult) -> bool:
+        return any(r.cycles == ERROR_INPUT_TOO_BIG for r in (res.by_strategy or (res,)))
+
+    def _theoretical(self, lay: DPUWorkload, res: LayerResult | None) -> None:
+        why = res.error if res is not None else "no split fits CMX"
+        mode = ExecutionMode.CUBOID_16x16 if self.device == VPUDevice.VPU_2_7 else \
+            (ExecutionMode.VECTOR_FP16 if lay.in_dtype == DataType.FLOAT16 else ExecutionMode.MATRIX)
+        cycles = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])))[0])
+        log.info("VPUNN layer model rejects %s %sx%sx%s -> %sx%sx%s (%s): using theoretical cycles %d",
+                 lay.operation.name, lay.in_w, lay.in_h, lay.in_c, lay.out_w, lay.out_h, lay.out_c, why, cycles)
+        self._dpu_cache[lay] = (cycles, "dpu-theoretical", "")
+
+    def _first_fit(self, lay: DPUWorkload) -> tuple[int, int] | None:
+        """Smallest (channel chunks, row slices) whose pieces each fit CMX as one workload."""
+        cmx = self.config.cmx_bytes
+        k = 1
+        while lay.out_c // k >= 16:
+            for h in range(1, lay.out_h + 1):
+                if k == 1 and h == 1:
+                    continue
+                pieces = self._pieces(lay, k, h)
+                if (cmx_required(workloads_to_matrix(pieces)) <= cmx).all():
+                    return k, h
+                if h > 1 and cmx_required(workloads_to_matrix(pieces[:1]))[0] - PAGE >= cmx:
+                    break  # slicing rows no longer helps: the weights alone overflow
+            k *= 2
+        return None
+
+    @staticmethod
+    def _pieces(lay: DPUWorkload, k: int, h: int) -> list[DPUWorkload]:
+        """The layer cut into k output-channel chunks (multiples of 16) x h output-row slices."""
+        per = _pad16(-(-lay.out_c // k))
+        chunks = [min(per, lay.out_c - i * per) for i in range(k) if lay.out_c - i * per > 0]
+        same_c = lay.operation not in (Operation.CONVOLUTION, Operation.CM_CONVOLUTION)
+        rows = []
+        d = -(-lay.out_h // h)
+        avail, p, done = lay.in_h + lay.pad_top, lay.pad_top, 0
+        for i in range(h):
+            o = min(d, lay.out_h - done)
+            if o <= 0:
+                break
+            last = done + o == lay.out_h
+            need = (o - 1) * lay.s_h + lay.k_h
+            bottom = lay.pad_bottom if last else 0
+            h_in = need - p
+            if need > avail:
+                u = min(need - avail, lay.pad_bottom)
+                h_in -= u
+                if not last:
+                    bottom = u
+            rows.append((max(1, h_in), o, p, bottom))
+            avail -= o * lay.s_h
+            p = max(0, p - o * lay.s_h)
+            done += o
+        return [replace(lay, in_h=h_in, out_h=o, pad_top=top, pad_bottom=bottom, out_c=c,
+                        in_c=c if same_c else lay.in_c)
+                for h_in, o, top, bottom in rows for c in chunks]
+
+
+def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
+    """A VpunnCostModel from a spec argument: "VPU_2_7", "VPU_2_0", "VPU_2_7.fast", "VPU_2_0.fast", or a path
+    to a DPU `.vpunn` file (interface 10 means VPU 2.0, 11 VPU 2.7). Options: see `COST_MODEL_OPTIONS`.
+    """
+    unknown = sorted(set(options) - set(COST_MODEL_OPTIONS))
+    if unknown:
+        raise VpunnError(f"unknown vpunn cost-model option(s) {', '.join(unknown)}; valid: "
+                         + ", ".join(COST_MODEL_OPTIONS))
+    fast = bool(options.get("fast", False))
+    spec = arg.strip()
+    name = spec.upper().replace(".FAST", ".fast")
+    if name.endswith(".fast"):
+        fast, name = True, name[:-len(".fast")]
+    if name in ("VPU_2_0", "VPU_2_7"):
+        device = VPUDevice[name]
+        path = resolve_model_file(MODEL_FILES[name + (".fast" if fast else "")], options.get("model_dir"))
+        label = f"vpunn:{name}{'.fast' if fast else ''}"
+    elif spec.endswith(".vpunn"):
+        path = resolve_model_file(spec, options.get("model_dir"))
+        device = None
+        label = f"vpunn:{path.name}"
+    else:
+        raise VpunnError(f"unknown VPUNN model {arg!r}; valid: VPU_2_7, VPU_2_0, VPU_2_7.fast, VPU_2_0.fast or a "
+                         ".vpunn file path")
+    dpu = DpuModel(read_model_cached(path))
+    if device is None:
+        device = {10: VPUDevice.VPU_2_0, 11: VPUDevice.VPU_2_7}[dpu.version]
+    strategy = parse_enum(VPUTilingStrategy, str(options.get("strategy", "AUTO_MIN")).upper(), "strategy",
+                          _STRATEGY_ALIASES)
+    dma_kind = str(options.get("dma", "theoretical"))
+    if dma_kind not in ("theoretical", "nn"):
+        raise VpunnError(f"dma must be 'theoretical' or 'nn', not {dma_kind!r}")
+    dma = DmaModel(read_model_cached(resolve_model_file(MODEL_FILES["DMA_2_7"], options.get("model_dir")))) \
+        if dma_kind == "nn" else None
+    return VpunnCostModel(device, dpu, name=label, dtype=options.get("dtype", "uint8"),
+                          n_tiles=options.get("n_tiles"), n_dpu=options.get("n_dpu"), strategy=strategy, dma=dma,
+                          weights_dma=options.get("weights_dma", False),
+                          activations_in_ddr=options.get("activations_in_ddr", False))
+
