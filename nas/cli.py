@@ -15,12 +15,13 @@ __all__ = ["main", "build_parser"]
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input, not a bug: each package's own error class."""
     from hw_cost import CostModelError, LayerExtractionError
+    from search_spaces import ArchError
     from tasks import DataError
 
     from .config import ConfigError
 
-    return (ConfigError, CostModelError, LayerExtractionError, DataError, FileNotFoundError, IsADirectoryError,
-            NotADirectoryError, PermissionError)
+    return (ConfigError, CostModelError, LayerExtractionError, DataError, ArchError, FileNotFoundError,
+            IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,202 @@
+"""Run configs: YAML files mapped onto the dataclasses of the components they configure.
+
+Sections with a `type` (task, space) or a `strategy` (search) are checked against the dataclass registered for
+that name; the others against fixed dataclasses. Unknown keys, wrong types and missing files fail with one
+line naming the key. Relative paths (data roots, latency tables) are resolved against the config file's folder.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml"]
+
+
+class ConfigError(ValueError):
+    """A config file or override is malformed (the message names the key or path)."""
+
+
+@dataclass
+class CostConfig:
+    """Args:
+        model: "vpunn:VPU_2_7", "vpunn:VPU_2_0" (fast variants "vpunn:VPU_2_7.fast", ...) or "lut:path.json".
+        dtype: inference precision for VPUNN ("uint8" or "fp16"); a LUT carries its own.
+        model_dir: folder of the VPUNN model files (default: ../shared/vpunn/models or $VPUNAS_VPUNN_DIR).
+        measure_missing: measure blocks missing from a LUT on this machine instead of failing.
+    """
+
+    model: str = "vpunn:VPU_2_7"
+    dtype: str = "uint8"
+    model_dir: Optional[str] = None
+    measure_missing: bool = False
+
+    def options(self) -> dict:
+        """Keyword options for `hw_cost.load_cost_model`."""
+        if self.model.startswith("lut:"):
+            return {"measure_missing": self.measure_missing}
+        return {"dtype": self.dtype, **({"model_dir": self.model_dir} if self.model_dir else {})}
+
+
+@dataclass
+class _TopLevel:
+    name: str = "run"
+    seed: int = 0
+    threads: int = 0
+    task: Any = None
+    space: Any = None
+    train: Any = None
+    search: Any = None
+    cost: Any = None
+    baselines: Any = None
+
+
+def _task_configs() -> dict[str, type]:
+    from tasks import TASKS
+
+    return {name: cfg for name, (cfg, _) in TASKS.items()}
+
+
+def _strategy_configs() -> dict[str, type]:
+    from .strategies import STRATEGIES
+
+    return {name: cfg for name, (cfg, _) in STRATEGIES.items()}
+
+
+@dataclass
+class RunConfig:
+    """A resolved run config: every section is an instance of its component's dataclass.
+
+    Args:
+        name: the run's name (default output folder runs/<name>).
+        seed: seeds data splits, training, search; the same seed and threads give the same results.
+        threads: torch intra-op threads; 0 = pick by a short probe (recorded in the run's config.yaml).
+        baselines: reference models marked on the front, e.g. {name: largest, arch: largest}.
+    """
+
+    name: str
+    seed: int
+    threads: int
+    task: Any
+    space: Any
+    train: Any
+    search: Any
+    cost: CostConfig
+    baselines: list[dict] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def config_to_yaml(config: RunConfig) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False, default_flow_style=None, width=110)
+
+
+def _structured(cls: type, raw: Any, where: str):
+    """Instance of dataclass `cls` from a raw mapping; one-line ConfigError naming the key on failure."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), OmegaConf.create(raw)))
+    except ConfigKeyError as exc:
+        owner = getattr(exc, "object_type", None) or cls
+        valid = ", ".join(f.name for f in dataclasses.fields(owner)) if dataclasses.is_dataclass(owner) else ""
+        key = str(exc).splitlines()[0].split("'")[1] if "'" in str(exc) else exc.full_key
+        raise ConfigError(f"{where}: unknown key '{key}'" + (f" (valid: {valid})" if valid else "")) from None
+    except OmegaConfBaseException as exc:
+        msg = str(exc).splitlines()[0]
+        key = f"{where}.{exc.full_key}" if exc.full_key else where
+        raise ConfigError(f"{key}: {msg}") from None
+
+
+def _dispatch(raw: Any, where: str, type_key: str, registry: dict[str, type], default: str):
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(raw).__name__}")
+    name = raw.get(type_key, default)
+    if name not in registry:
+        raise ConfigError(f"{where}.{type_key}: unknown {name!r}; valid: {', '.join(sorted(registry))}")
+    return _structured(registry[name], {**raw, type_key: name}, where)
+
+
+def _apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} is not key=value")
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part, {}), dict):
+                raise ConfigError(f"override {key}: {part} is not a section")
+            node = node.setdefault(part, {})
+        try:
+            node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {key}: value is not valid YAML ({exc.problem})") from None
+    return raw
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    path = Path(os.path.expanduser(value))
+    return str(path if path.is_absolute() else (base / path).resolve())
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read, override, validate and resolve a run config."""
+    from search_spaces import SPACES
+
+    from .supernet_training import TrainConfig
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    raw = _apply_overrides(raw, list(overrides or []))
+    top = _structured(_TopLevel, raw, "config")
+    base = path.parent.resolve()
+    task = _dispatch(top.task, "task", "type", _task_configs(), "classification")
+    if getattr(task, "root", None):
+        task.root = _resolve_path(task.root, base)
+    space = _dispatch(top.space, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
+    search = _dispatch(top.search, "search", "strategy", _strategy_configs(), "evolution")
+    cost = _structured(CostConfig, top.cost, "cost")
+    kind, _, arg = cost.model.partition(":")
+    if kind == "lut" and arg:
+        cost.model = "lut:" + _resolve_path(arg, base)
+    if cost.model_dir:
+        cost.model_dir = _resolve_path(cost.model_dir, base)
+    baselines = top.baselines or []
+    if not isinstance(baselines, list) or not all(isinstance(b, dict) and "name" in b for b in baselines):
+        raise ConfigError("baselines: expected a list of mappings, each with a name")
+    if top.threads < 0:
+        raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
+    return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space,
+                     train=_structured(TrainConfig, top.train, "train"), search=search, cost=cost,
+                     baselines=baselines)

@@ -1,0 +1,88 @@
+"""Scoring an architecture: task metric with inherited weights, latency on the cost model, params and MACs."""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch.nn as nn
+
+from hw_cost import CostModel
+from search_spaces import SearchSpace, Supernet, arch_key
+
+from .supernet_training import recalibrate_batchnorm, to_channels_last
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["ArchEvaluator", "CachedEvaluator"]
+
+
+class ArchEvaluator:
+    """Evaluates subnets of a trained supernet.
+
+    The subnet is extracted as a standalone module (so what is scored is exactly what would be exported), its
+    batch norms are recalibrated on the task's calibration images, then it is evaluated on a split.
+    """
+
+    def __init__(self, space: SearchSpace, supernet: Supernet, task, cost_model: CostModel,
+                 channels_last: bool = True):
+        self.space, self.supernet, self.task, self.cost_model = space, supernet, task, cost_model
+        self.channels_last = channels_last
+        self._block_complexity: dict[str, tuple[int, int]] = {}
+
+    def subnet(self, arch: dict) -> nn.Module:
+        """The standalone subnet of `arch` with inherited weights and recalibrated batch norm."""
+        sub = self.supernet.extract(arch)
+        if self.channels_last:
+            to_channels_last(sub)
+        return recalibrate_batchnorm(sub, self.task.calibration_batches(), self.channels_last)
+
+    def metric(self, arch: dict, split: str = "val") -> float:
+        return float(self.task.evaluate(self.subnet(arch), split))
+
+    def complexity(self, arch: dict) -> tuple[int, int]:
+        """(params, MACs) of the deployed network (batch norm folded), from its layer descriptors."""
+        params = macs = 0
+        for block in self.space.blocks(arch):
+            if block.key not in self._block_complexity:
+                layers = block.layers()
+                self._block_complexity[block.key] = (sum(l.params for l in layers), sum(l.macs for l in layers))
+            p, m = self._block_complexity[block.key]
+            params, macs = params + p, macs + m
+        return params, macs
+
+    def latency_ms(self, arch: dict) -> float:
+        return self.cost_model.latency_ms(self.space.blocks(arch))
+
+    def evaluate(self, arch: dict) -> dict:
+        arch = self.space.validate(arch)
+        params, macs = self.complexity(arch)
+        return {"key": arch_key(arch), "arch": arch, self.task.metric: round(self.metric(arch), 4),
+                "latency_ms": round(self.latency_ms(arch), 6), "cost_model": self.cost_model.name,
+                "params": params, "macs": macs}
+
+
+class CachedEvaluator:
+    """Wraps an evaluation function with the run's journal: finished evaluations are never repeated.
+
+    `records` holds every evaluation in the order it was first made; an arch's `id` is its position there, so
+    replaying a search after a restart assigns the same ids.
+    """
+
+    def __init__(self, evaluate: Callable[[dict], dict], journal, key: Callable[[dict], str] = arch_key):
+        self._evaluate, self.journal, self._key = evaluate, journal, key
+        self.records: list[dict] = journal.load()
+        self._by_key = {r["key"]: r for r in self.records}
+        self.new_evaluations = 0
+
+    def __call__(self, arch: dict, **extra) -> dict:
+        key = self._key(arch)
+        if key not in self._by_key:
+            record = dict(self._evaluate(arch), id=len(self.records), **extra)
+            self.journal.append(record)
+            self.records.append(record)
+            self._by_key[key] = record
+            self.new_evaluations += 1
+        return self._by_key[key]
+
+    def __contains__(self, arch: dict) -> bool:
+        return self._key(arch) in self._by_key

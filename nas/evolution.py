@@ -1,0 +1,113 @@
+"""Multi-objective evolutionary search: NSGA-II (pymoo) over (task metric, latency).
+
+Deb et al., "A Fast and Elitist Multiobjective Genetic Algorithm: NSGA-II", IEEE TEC 2002. Architectures are
+integer genes (one choice index per searched decision, `SearchSpace.encode`); crossover is SBX and mutation
+polynomial, both rounded to integers, as pymoo recommends for integer variables. An optional latency limit is
+an inequality constraint (constraint-domination).
+
+The strategy is deterministic for a seed and the evaluations it is given. It therefore needs no state of its
+own to resume: the run replays it from the start with every finished evaluation served from the journal.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from search_spaces import SearchSpace, arch_key
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EvolutionConfig", "EvolutionStrategy"]
+
+
+@dataclass
+class EvolutionConfig:
+    """Args:
+        population: archs per generation (the initial one holds the largest and the smallest arch).
+        generations: generations including the initial one.
+        crossover_prob / crossover_eta: SBX probability and distribution index.
+        mutation_eta: polynomial-mutation distribution index (each gene mutates with probability 1/n_genes).
+        latency_limit_ms: archs slower than this are infeasible (constraint-domination); None = no limit.
+    """
+
+    strategy: str = "evolution"
+    population: int = 24
+    generations: int = 10
+    crossover_prob: float = 0.9
+    crossover_eta: float = 15.0
+    mutation_eta: float = 20.0
+    latency_limit_ms: Optional[float] = None
+
+
+class EvolutionStrategy:
+    """NSGA-II as an ask/tell loop around an `evaluate(arch) -> record` function.
+
+    A record holds the metric under `metric` (higher is better) and `latency_ms`.
+    """
+
+    def __init__(self, space: SearchSpace, config: EvolutionConfig, metric: str, seed: int):
+        if config.population < 4 or config.generations < 1:
+            raise ValueError("evolution needs population >= 4 and generations >= 1")
+        self.space, self.config, self.metric, self.seed = space, config, metric, seed
+
+    def _algorithm(self):
+        from pymoo.algorithms.moo.nsga2 import NSGA2
+        from pymoo.core.duplicate import ElementwiseDuplicateElimination
+        from pymoo.operators.crossover.sbx import SBX
+        from pymoo.operators.mutation.pm import PM
+        from pymoo.operators.repair.rounding import RoundingRepair
+
+        space = self.space
+        same_arch = lambda a, b: arch_key(space.decode(a.X)) == arch_key(space.decode(b.X))
+        return NSGA2(pop_size=self.config.population, sampling=self._initial_genes(),
+                     crossover=SBX(prob=self.config.crossover_prob, eta=self.config.crossover_eta, vtype=float,
+                                   repair=RoundingRepair()),
+                     mutation=PM(eta=self.config.mutation_eta, vtype=float, repair=RoundingRepair()),
+                     eliminate_duplicates=ElementwiseDuplicateElimination(cmp_func=same_arch))
+
+    def _initial_genes(self) -> np.ndarray:
+        """Largest, smallest, then distinct random archs (drawn from the seed)."""
+        rng = np.random.default_rng([self.seed, 11])
+        archs = {arch_key(a): a for a in (self.space.largest(), self.space.smallest())}
+        for _ in range(1000 * self.config.population):
+            if len(archs) >= self.config.population:
+                break
+            arch = self.space.sample(rng)
+            archs.setdefault(arch_key(arch), arch)
+        return np.stack([self.space.encode(a) for a in archs.values()]).astype(float)
+
+    def _problem(self):
+        from pymoo.core.problem import Problem
+
+        n_constr = 1 if self.config.latency_limit_ms is not None else 0
+        return Problem(n_var=len(self.space.choices), n_obj=2, n_ieq_constr=n_constr, xl=0,
+                       xu=self.space.gene_upper_bounds().astype(float), vtype=int)
+
+    def run(self, evaluate: Callable[..., dict],
+            on_generation: Callable[[int], None] | None = None) -> None:
+        """Run all generations; `evaluate(arch, generation=g)` scores an arch, `on_generation(g)` follows each."""
+        from pymoo.core.evaluator import Evaluator
+        from pymoo.problems.static import StaticProblem
+
+        problem = self._problem()
+        algorithm = self._algorithm()
+        algorithm.setup(problem, termination=("n_gen", self.config.generations), seed=self.seed, verbose=False)
+        generation = 0
+        while algorithm.has_next():
+            pop = algorithm.ask()
+            records = [evaluate(self.space.decode(np.rint(x).astype(np.int64)), generation=generation)
+                       for x in pop.get("X")]
+            objectives = np.array([[-r[self.metric], r["latency_ms"]] for r in records], dtype=float)
+            values = {"F": objectives}
+            if self.config.latency_limit_ms is not None:
+                values["G"] = objectives[:, 1:2] - self.config.latency_limit_ms
+            Evaluator().eval(StaticProblem(problem, **values), pop)
+            algorithm.tell(infills=pop)
+            logger.info("generation %d: %d archs, best %s %.3f", generation, len(records), self.metric,
+                        max(r[self.metric] for r in records))
+            if on_generation is not None:
+                on_generation(generation)
+            generation += 1

@@ -1,0 +1,101 @@
+"""Deployable models of a run's architectures: TorchScript, ONNX or OpenVINO IR, each checked against PyTorch."""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from .config import ConfigError, load_config
+from .evaluation import ArchEvaluator
+from .report import read_csv
+from .rundir import RunDir, atomic_write_text
+from .search import build_context
+from .supernet_training import load_trained_supernet
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["export_arch", "FORMATS", "run_arch"]
+
+FORMATS = {"torch": ".pt", "onnx": ".onnx", "openvino": ".xml"}
+
+
+def run_arch(run_dir: RunDir, arch_id: str) -> dict:
+    """The candidates.csv row of `arch_id` (an integer id), with its arch decoded."""
+    if not run_dir.candidates.exists():
+        raise FileNotFoundError(f"{run_dir.candidates} not found: is {run_dir.path} a vpunas run?")
+    for row in read_csv(run_dir.candidates):
+        if row["id"] == str(arch_id):
+            return dict(row, arch=json.loads(row["arch"]))
+    raise ConfigError(f"--arch {arch_id}: no such id in {run_dir.candidates}")
+
+
+def _save(model: nn.Module, example: torch.Tensor, fmt: str, path: Path) -> None:
+    if fmt == "torch":
+        torch.jit.save(torch.jit.trace(model, example), str(path))
+    elif fmt == "onnx":
+        torch.onnx.export(model, (example,), str(path), input_names=["input"], output_names=["output"],
+                          dynamo=True, external_data=False)
+    else:
+        import openvino as ov
+
+        ov.save_model(ov.convert_model(model, example_input=example), str(path), compress_to_fp16=False)
+
+
+def _run_exported(fmt: str, path: Path, x: torch.Tensor) -> np.ndarray:
+    if fmt == "torch":
+        return torch.jit.load(str(path))(x).detach().numpy()
+    if fmt == "onnx":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled([x.numpy()])[compiled.output(0)]
+
+
+def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None = None) -> Path:
+    """Export arch `arch_id` of a finished run with inherited, batch-norm-recalibrated weights.
+
+    Writes the model (and for OpenVINO its .bin) plus `<name>.json` (arch, metric, latency, input shape and
+    normalisation), after checking that the exported model reproduces the PyTorch outputs.
+    """
+    if fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: valid formats are {', '.join(FORMATS)}")
+    row = run_arch(run_dir, arch_id)
+    config = load_config(run_dir.config)
+    ctx = build_context(config, run_dir, progress=False)
+    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train)
+    model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(row["arch"])
+    model = model.to(memory_format=torch.contiguous_format).eval()
+    path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{FORMATS[fmt]}"
+    if path.suffix != FORMATS[fmt]:
+        path = path.with_suffix(FORMATS[fmt])
+    example = torch.randn(1, *ctx.task.input_shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        reference = model(example).numpy()
+    with tempfile.TemporaryDirectory(dir=path.parent if path.parent.exists() else None) as tmp:
+        staged = Path(tmp) / path.name
+        with torch.no_grad():
+            _save(model, example, fmt, staged)
+        got = _run_exported(fmt, staged, example)
+        error = float(np.max(np.abs(got - reference)))
+        if not np.allclose(got, reference, rtol=1e-3, atol=1e-3):
+            raise RuntimeError(f"exported {fmt} model differs from PyTorch by {error:.3g}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for produced in Path(tmp).iterdir():
+            shutil.move(str(produced), path.parent / produced.name)
+    metric = ctx.task.metric
+    info = {"arch": row["arch"], "id": int(arch_id), metric: float(row[metric]), "latency_ms": float(row["latency_ms"]),
+            "cost_model": row["cost_model"], "input_shape": [1, *ctx.task.input_shape], "format": fmt,
+            "max_abs_diff_vs_pytorch": error, "preprocessing": ctx.task.preprocessing()}
+    atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1) + "\n")
+    logger.info("exported arch %s as %s to %s (max |diff| vs PyTorch %.2g)", arch_id, fmt, path, error)
+    return path

@@ -1,0 +1,125 @@
+"""Results tables and the report of a run: candidates.csv, baselines.csv, pareto.png, report.html."""
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import io
+import json
+import logging
+from pathlib import Path
+from typing import Sequence
+
+from .pareto import pareto_mask
+from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["candidate_rows", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS"]
+
+CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
+                     "macs", "is_pareto")
+
+
+def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float]) -> list[dict]:
+    """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency)."""
+    records = sorted(records, key=lambda r: r["id"])
+    mask = pareto_mask([r[metric] for r in records], [r["latency_ms"] for r in records])
+    rows = []
+    for record, on_front in zip(records, mask):
+        test = test_metrics.get(record["key"])
+        rows.append({"id": record["id"], "generation": record.get("generation", ""),
+                     "arch": json.dumps(record["arch"], sort_keys=True, separators=(",", ":")),
+                     metric: record[metric], f"test_{metric}": "" if test is None else test,
+                     "latency_ms": record["latency_ms"], "cost_model": record["cost_model"],
+                     "params": record["params"], "macs": record["macs"], "is_pareto": bool(on_front)})
+    return rows
+
+
+def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _metric_of(rows: Sequence[dict]) -> str:
+    for name in ("top1", "psnr"):
+        if rows and name in rows[0]:
+            return name
+    raise ValueError("candidates.csv has neither a top1 nor a psnr column")
+
+
+def _plot(rows: list[dict], baselines: list[dict], metric: str, cost_model: str) -> bytes:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    lat = [float(r["latency_ms"]) for r in rows]
+    val = [float(r[metric]) for r in rows]
+    ax.scatter(lat, val, s=12, c="#b0b0b0", label="evaluated archs", zorder=1)
+    front = sorted((float(r["latency_ms"]), float(r[metric])) for r in rows if r["is_pareto"] in (True, "True"))
+    if front:
+        ax.plot(*zip(*front), "-o", c="#1f6fb4", ms=5, lw=1.5, label=f"Pareto front ({len(front)})", zorder=2)
+    markers = "s^Dv*Ph"
+    for i, b in enumerate(baselines):
+        ax.scatter([float(b["latency_ms"])], [float(b[metric])], marker=markers[i % len(markers)], s=70,
+                   edgecolors="black", zorder=3, label=f"{b['name']}")
+    ax.set_xlabel(f"latency (ms, {cost_model})")
+    ax.set_ylabel({"top1": "top-1 accuracy (%, val, inherited weights)", "psnr": "PSNR (dB, Y, val)"}.get(metric, metric))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+                   for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def build_report(run_dir: RunDir) -> None:
+    """(Re)build pareto.png and report.html from a run's candidates.csv, baselines.csv and config.yaml."""
+    if not run_dir.candidates.exists():
+        raise FileNotFoundError(f"{run_dir.candidates} does not exist: the search has not evaluated anything yet")
+    rows = read_csv(run_dir.candidates)
+    if not rows:
+        raise ValueError(f"{run_dir.candidates} has no rows")
+    metric = _metric_of(rows)
+    baselines = read_csv(run_dir.baselines) if run_dir.baselines.exists() else []
+    cost_model = rows[0]["cost_model"]
+    png = _plot(rows, baselines, metric, cost_model)
+    atomic_write_bytes(run_dir.pareto_png, png)
+    front = sorted((r for r in rows if r["is_pareto"] == "True"), key=lambda r: float(r["latency_ms"]))
+    config_text = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
+    columns = ["id", metric, f"test_{metric}", "latency_ms", "params", "macs", "arch"]
+    base_columns = [c for c in ("name", metric, f"test_{metric}", "latency_ms", "params", "macs", "note")
+                    if baselines and c in baselines[0]]
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vpunas run {html.escape(run_dir.path.name)}</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:75em}}table{{border-collapse:collapse;font-size:0.85em}}
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:last-child{{text-align:left;font-family:monospace}}
+pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>
+<h1>vpunas run <code>{html.escape(run_dir.path.name)}</code></h1>
+<p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
+(cost model <code>{html.escape(cost_model)}</code>).</p>
+<img alt="Pareto front" src="data:image/png;base64,{base64.b64encode(png).decode()}">
+<h2>Pareto front</h2>{_table(front, columns)}
+<h2>Baselines</h2>{_table(baselines, base_columns) if baselines else "<p>none</p>"}
+<h2>Config</h2><pre>{html.escape(config_text)}</pre>
+</body></html>
+"""
+    atomic_write_text(run_dir.report_html, page)
+    logger.info("report written: %s", run_dir.report_html)

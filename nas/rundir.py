@@ -1,0 +1,113 @@
+"""The run directory: where a search writes its config, results, report, checkpoints and exported models.
+
+Every file is written atomically (a temporary file renamed over the target) or appended line by line with a
+flush and fsync, so a run killed at any point leaves either the previous complete file or the new one, and
+`--resume` finds all finished work.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save"]
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def _atomic_replace(path: Path, write) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the permissions a plain open would
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    _atomic_replace(path, lambda f: f.write(data))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    _atomic_replace(path, lambda f: torch.save(obj, f))
+
+
+class EvaluationJournal:
+    """Append-only JSON-lines record of finished evaluations: the source of truth for resuming a search.
+
+    A line cut short by a kill is the only thing that can be damaged; `load` drops such a last line (it was not
+    a finished evaluation) and rewrites the file without it.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def load(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+        records = []
+        for i, line in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if i != len(lines) - 1:
+                    raise ValueError(f"{self.path}: line {i + 1} is corrupt (not the last line, so not an "
+                                     "interrupted write); the journal cannot be trusted") from None
+                logger.warning("%s: dropping an incomplete last line left by an interrupted run", self.path)
+                atomic_write_text(self.path, "".join(lines[:-1]))
+        return records
+
+    def append(self, record: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.load())
+
+
+class RunDir:
+    """Paths of one run (see design.md, "A run directory")."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    config = property(lambda self: self.path / "config.yaml")
+    candidates = property(lambda self: self.path / "candidates.csv")
+    baselines = property(lambda self: self.path / "baselines.csv")
+    pareto_png = property(lambda self: self.path / "pareto.png")
+    report_html = property(lambda self: self.path / "report.html")
+    checkpoint_dir = property(lambda self: self.path / "checkpoint")
+    models_dir = property(lambda self: self.path / "models")
+    supernet_checkpoint = property(lambda self: self.checkpoint_dir / "supernet.pt")
+    journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "evaluations.jsonl"))
+    baseline_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "baselines.jsonl"))
+    test_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "test_metrics.jsonl"))
+    strategy_checkpoint = property(lambda self: self.checkpoint_dir / "strategy.pt")
+    log = property(lambda self: self.path / "run.log")
+
+    def exists(self) -> bool:
+        return self.config.exists()

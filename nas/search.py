@@ -1,0 +1,156 @@
+"""A whole search run: prepare the run directory, build task / space / cost model, run the strategy, score the
+front on the test split, evaluate baselines, write candidates.csv and the report.
+
+Resuming is the same call with `resume=True`: every phase skips what its checkpoint or journal says is done.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hw_cost import CostModel, load_cost_model
+from search_spaces import SearchSpace, arch_key, build_space
+from tasks import build_task
+
+from .config import ConfigError, RunConfig, config_to_yaml, load_config
+from .evaluation import CachedEvaluator
+from .pareto import pareto_mask
+from .report import CANDIDATE_COLUMNS, build_report, candidate_rows, write_csv
+from .rundir import RunDir, atomic_write_text
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SearchContext", "run_search", "prepare_run", "build_context"]
+
+
+@dataclass
+class SearchContext:
+    """What a strategy works with."""
+
+    config: RunConfig
+    run_dir: RunDir
+    task: object
+    space: SearchSpace
+    cost_model: CostModel
+    progress: bool = True
+
+
+def _probe_threads() -> int:
+    """1 or all cores, whichever runs a small conv training step faster right now."""
+    cores = os.cpu_count() or 1
+    if cores == 1:
+        return 1
+    net = torch.nn.Sequential(torch.nn.Conv2d(16, 64, 1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1,
+                                                                                          groups=64),
+                              torch.nn.Conv2d(64, 16, 1))
+    x = torch.randn(64, 16, 14, 14)
+    timing = {}
+    previous = torch.get_num_threads()
+    for threads in (1, cores):
+        torch.set_num_threads(threads)
+        net(x).sum().backward()
+        start = time.perf_counter()
+        for _ in range(5):
+            net(x).sum().backward()
+        timing[threads] = time.perf_counter() - start
+    torch.set_num_threads(previous)
+    best = min(timing, key=timing.get)
+    logger.info("thread probe: %s -> %d threads", {k: f"{v * 1e3:.0f} ms" for k, v in timing.items()}, best)
+    return best
+
+
+def _first_difference(a, b, prefix: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            diff = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if diff:
+                return diff
+        return None
+    return None if a == b else prefix.rstrip(".")
+
+
+def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None, resume: bool) -> tuple[RunConfig, RunDir]:
+    """Resolve the config and the run directory; on resume the config must match the run's own.
+
+    Nothing is written yet: `run_search` creates the directory once data, space and cost model all load.
+    """
+    config = load_config(config_path, overrides)
+    run_dir = RunDir(out if out is not None else Path("runs") / config.name)
+    if resume:
+        if not run_dir.exists():
+            raise ConfigError(f"--resume: {run_dir.path} holds no run (no config.yaml)")
+        recorded = load_config(run_dir.config)
+        if config.threads == 0:
+            config.threads = recorded.threads
+        diff = _first_difference(config.to_dict(), recorded.to_dict())
+        if diff:
+            raise ConfigError(f"--resume: {diff} differs from {run_dir.config}; resume with the same config and "
+                              "overrides, or start a new run with --out")
+        return recorded, run_dir
+    if run_dir.path.exists() and any(run_dir.path.iterdir()):
+        raise ConfigError(f"run directory {run_dir.path} exists and is not empty; use --resume to continue it or "
+                          "--out for a new one")
+    if config.threads == 0:
+        config.threads = _probe_threads()
+    return config, run_dir
+
+
+def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
+    torch.set_num_threads(config.threads)
+    task = build_task(config.task, seed=config.seed)
+    space = build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs)
+    cost_model = load_cost_model(config.cost.model, **config.cost.options())
+    return SearchContext(config, run_dir, task, space, cost_model, progress)
+
+
+def _attach_log(run_dir: RunDir) -> logging.Handler:
+    handler = logging.FileHandler(run_dir.log, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
+def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[str, float]) -> list[dict]:
+    metric = ctx.task.metric
+    rows = candidate_rows(records, metric, test_metrics)
+    columns = [c.format(metric=metric) for c in CANDIDATE_COLUMNS]
+    write_csv(ctx.run_dir.candidates, rows, columns)
+    return rows
+
+
+def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
+    """Run (or resume) the whole search; returns the candidate rows written to candidates.csv."""
+    from .baselines import evaluate_baselines
+    from .strategies import STRATEGIES
+
+    ctx = build_context(config, run_dir, progress)
+    if not run_dir.exists():
+        run_dir.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(run_dir.config, config_to_yaml(config))
+    handler = _attach_log(run_dir)
+    try:
+        started = time.perf_counter()
+        logger.info("run %s: %s; cost model %s; %d threads", run_dir.path, ctx.space.describe(),
+                    ctx.cost_model.name, config.threads)
+        outcome = STRATEGIES[config.search.strategy][1](ctx)
+        records = outcome.evaluate.records
+        # the test split scores the front only, after the search (the search itself never looks at it)
+        on_front = pareto_mask([r[ctx.task.metric] for r in records], [r["latency_ms"] for r in records])
+        test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch), "test": outcome.evaluator.metric(arch, "test")},
+                                    run_dir.test_journal)
+        test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
+        rows = write_results(ctx, records, test_metrics)
+        evaluate_baselines(ctx, outcome.evaluator)
+        build_report(run_dir)
+        logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
+                    len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
+        return rows
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()

@@ -1,0 +1,62 @@
+"""Search strategies by name: each turns a `SearchContext` into evaluated architectures.
+
+`STRATEGIES[name] = (config dataclass, runner)`; the config's `strategy` field selects one.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from .evaluation import ArchEvaluator, CachedEvaluator
+from .evolution import EvolutionConfig, EvolutionStrategy
+from .supernet_training import SupernetTrainer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["STRATEGIES", "SearchOutcome", "run_evolution", "train_supernet"]
+
+
+@dataclass
+class SearchOutcome:
+    """`evaluate.records`: every evaluated arch in id order; `evaluator`: scores further archs (test, baselines)."""
+
+    evaluate: CachedEvaluator
+    evaluator: ArchEvaluator
+
+
+def train_supernet(ctx) -> SupernetTrainer:
+    """Train (or finish training) the run's supernet; returns the trainer holding the weights."""
+    trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
+                              ctx.run_dir.supernet_checkpoint)
+    trainer.train(progress=ctx.progress)
+    return trainer
+
+
+def run_evolution(ctx) -> SearchOutcome:
+    """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency)."""
+    from tqdm import tqdm
+
+    from .search import write_results
+
+    trainer = train_supernet(ctx)
+    evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
+                              ctx.config.train.channels_last)
+    evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal)
+    config: EvolutionConfig = ctx.config.search
+    bar = tqdm(total=config.population * config.generations, desc="search", unit="arch", disable=not ctx.progress,
+               dynamic_ncols=True)
+
+    def evaluate_with_progress(arch: dict, generation: int) -> dict:
+        record = evaluate(arch, generation=generation)
+        bar.update(1)
+        return record
+
+    strategy = EvolutionStrategy(ctx.space, config, ctx.task.metric, ctx.config.seed)
+    strategy.run(evaluate_with_progress, on_generation=lambda g: write_results(ctx, evaluate.records, {}))
+    bar.close()
+    logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
+                evaluate.new_evaluations)
+    return SearchOutcome(evaluate, evaluator)
+
+
+STRATEGIES = {"evolution": (EvolutionConfig, run_evolution)}
