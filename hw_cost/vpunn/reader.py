@@ -104,7 +104,7 @@ class _Reader:
         self._check(pos, struct.calcsize(fmt), what)
         return struct.unpack_from("<" + fmt, self.buf, pos)[0]
 
-    def _vector(self, t: Table, slot: int, elem_size: int, what: str) -> tuple[int, int] | None:
+    def vector_bounds(self, t: Table, slot: int, elem_size: int, what: str) -> tuple[int, int] | None:
         pos = self.field_pos(t, slot, what)
         if pos is None:
             return None
@@ -114,7 +114,7 @@ class _Reader:
         return start + 4, length
 
     def string(self, t: Table, slot: int, what: str) -> str:
-        vec = self._vector(t, slot, 1, what)
+        vec = self.vector_bounds(t, slot, 1, what)
         if vec is None:
             return ""
         start, length = vec
@@ -125,14 +125,14 @@ class _Reader:
 
     def numbers(self, t: Table, slot: int, dtype: str, what: str) -> np.ndarray:
         dt = np.dtype(dtype).newbyteorder("<")
-        vec = self._vector(t, slot, dt.itemsize, what)
+        vec = self.vector_bounds(t, slot, dt.itemsize, what)
         if vec is None:
             return np.zeros(0, dt)
         start, length = vec
         return np.frombuffer(self.buf, dtype=dt, count=length, offset=start).copy()
 
     def tables(self, t: Table, slot: int, what: str) -> list[Table]:
-        vec = self._vector(t, slot, 4, what)
+        vec = self.vector_bounds(t, slot, 4, what)
         if vec is None:
             return []
         start, length = vec
@@ -220,6 +220,8 @@ def parse_vpunn(buf: bytes, source: str = "<bytes>") -> VpunnNetwork:
     outputs = r.numbers(root, 3, "i4", "Model.outputs")
     operators = r.tables(root, 4, "Model.operators")
     buffers = r.tables(root, 5, "Model.buffers")
+    for i, b in enumerate(buffers):  # bounds of every buffer, the unused sentinel too: catches truncation
+        r.vector_bounds(b, 0, 1, f"Buffer {i}")
     if len(inputs) != 1 or len(outputs) != 1:
         r.fail(f"the model has {len(inputs)} inputs and {len(outputs)} outputs, expected one of each")
     if not operators:
