@@ -10,12 +10,18 @@ from enum import IntEnum
 import numpy as np
 
 from .enums import (ActivationFunction, DataType, ExecutionMode, ISIStrategy, Layout, Operation, Swizzling,
-                    VPUDevice)
+                    VPUDevice, int_codes)
 from .errors import VpunnError
 from .sanitizer import weight_channels
 from .workload import F
 
 __all__ = ["encode", "first_unencodable", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
+
+_DTYPE = int_codes(DataType)
+_ISI_CODE = int_codes(ISIStrategy)
+_LAYOUT = int_codes(Layout)
+_OP = int_codes(Operation)
+_SWZ = int_codes(Swizzling)
 
 DESCRIPTOR_SIZES = {10: 67, 11: 93}
 IMPLEMENTED_INTERFACES = tuple(DESCRIPTOR_SIZES)
@@ -71,7 +77,8 @@ def _one_hot(out: np.ndarray, start: int, values: np.ndarray, key: str, version:
         name = enum_cls(bad).name if 0 <= bad < len(enum_cls) else str(bad)
         raise VpunnError(f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
                          f"(it knows {', '.join(names)})")
-    out[np.arange(len(out)), start + idx] = 1.0
+    for k in range(len(names)):  # column by column: `out` is column-major
+        out[:, start + k] = idx == k
 
 
 _FIELDS_BY_VERSION = {
@@ -117,7 +124,8 @@ def encode(m: np.ndarray, version: int) -> np.ndarray:
 
 
 def _encode_10(m: np.ndarray) -> np.ndarray:
-    d = np.zeros((len(m), 67), dtype=np.float32)
+    m = np.asfortranarray(m)
+    d = np.zeros((len(m), 67), dtype=np.float32, order="F")
     _one_hot(d, 0, m[:, F.device], "device10", 10)
     _one_hot(d, 4, m[:, F.operation], "operation10", 10)
     d[:, 10:14] = m[:, [F.in_w, F.in_h, F.in_c, F.in_b]]
@@ -133,11 +141,12 @@ def _encode_10(m: np.ndarray) -> np.ndarray:
     _one_hot(d, 54, m[:, F.in_swizzling1], "swizzling", 10)
     _one_hot(d, 60, m[:, F.out_swizzling0], "swizzling", 10)
     d[:, 66] = m[:, F.output_write_tiles]
-    return d
+    return np.ascontiguousarray(d)
 
 
 def _tensor_block(d, start, dims, dtype, layout, sparsity) -> None:
-    d[:, start:start + 4] = dims
+    for k, column in enumerate(dims):
+        d[:, start + k] = column
     _one_hot(d, start + 4, dtype, "dtype11", 11)
     _one_hot(d, start + 8, layout, "layout11", 11)
     d[:, start + 15] = sparsity
@@ -145,41 +154,45 @@ def _tensor_block(d, start, dims, dtype, layout, sparsity) -> None:
 
 def _encode_11(m: np.ndarray) -> np.ndarray:
     n = len(m)
-    a = m.astype(np.int64)
-    d = np.zeros((n, 93), dtype=np.float32)
-    op = np.where(a[:, F.operation] == Operation.AVEPOOL, Operation.DW_CONVOLUTION, a[:, F.operation])
-    _one_hot(d, 0, m[:, F.device], "device11", 11)
+    a = np.asfortranarray(m, dtype=np.int64)
+    col = lambda f: a[:, f]  # noqa: E731
+    d = np.zeros((n, 93), dtype=np.float32, order="F")
+    op = np.where(col(F.operation) == _OP.AVEPOOL, _OP.DW_CONVOLUTION, col(F.operation))
+    _one_hot(d, 0, col(F.device), "device11", 11)
     _one_hot(d, 4, op, "operation11", 11)
     # input0: the memory tensor; with zero halo (all this runtime supports) it is the compute tensor
-    _tensor_block(d, 10, m[:, [F.in_w, F.in_h, F.in_c, F.in_b]], a[:, F.in_dtype], a[:, F.in_layout],
-                  a[:, F.in_sparsity_enabled])
-    is_elt, is_maxpool = op == Operation.ELTWISE, op == Operation.MAXPOOL
-    a_op = a.copy()
-    a_op[:, F.operation] = op
-    wdims = np.zeros((n, 4), dtype=np.int64)
-    has_w = ~is_elt & ~is_maxpool
-    wdims[has_w] = np.stack([np.ones(n, np.int64), np.ones(n, np.int64), weight_channels(a_op), a[:, F.out_c]],
-                            axis=1)[has_w]
-    wdims[is_elt] = a[is_elt][:, [F.in_h, F.in_c, F.in_w, F.in_b]]  # the runtime's permuted copy of input0
-    wlayout = np.where(is_maxpool, Layout.INVALID, a[:, F.in_layout])
-    _tensor_block(d, 26, wdims, a[:, F.in_dtype], wlayout, a[:, F.weight_sparsity_enabled])
-    _tensor_block(d, 42, m[:, [F.out_w, F.out_h, F.out_c, F.out_b]], a[:, F.out_dtype], a[:, F.out_layout], 0)
-    d[:, 58:66] = m[:, [F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]]
-    _one_hot(d, 66, m[:, F.execution_mode], "mode11", 11)
+    _tensor_block(d, 10, [col(F.in_w), col(F.in_h), col(F.in_c), col(F.in_b)], col(F.in_dtype), col(F.in_layout),
+                  col(F.in_sparsity_enabled))
+    is_elt, is_maxpool = op == _OP.ELTWISE, op == _OP.MAXPOOL
+    a_op = a
+    if (col(F.operation) == _OP.AVEPOOL).any():  # not after the sanitizer
+        a_op = a.copy(order="F")
+        a_op[:, F.operation] = op
+    plain = ~is_elt & ~is_maxpool  # weights [1, 1, aligned samples, C_out]; ELTWISE a permuted input copy
+    wdims = [np.where(is_elt, col(F.in_h), plain), np.where(is_elt, col(F.in_c), plain),
+             np.where(is_elt, col(F.in_w), np.where(plain, weight_channels(a_op), 0)),
+             np.where(is_elt, col(F.in_b), np.where(plain, col(F.out_c), 0))]
+    wlayout = np.where(is_maxpool, _LAYOUT.INVALID, col(F.in_layout))
+    _tensor_block(d, 26, wdims, col(F.in_dtype), wlayout, col(F.weight_sparsity_enabled))
+    _tensor_block(d, 42, [col(F.out_w), col(F.out_h), col(F.out_c), col(F.out_b)], col(F.out_dtype),
+                  col(F.out_layout), 0)
+    for k, f in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
+        d[:, 58 + k] = col(f)
+    _one_hot(d, 66, col(F.execution_mode), "mode11", 11)
     d[:, 69] = _sparsity_6dp(m[:, F.act_sparsity])
     d[:, 70] = _sparsity_6dp(m[:, F.weight_sparsity])
-    swz = a[:, [F.in_swizzling0, F.in_swizzling1, F.out_swizzling0]]
-    key = np.where(is_elt & (swz == Swizzling.KEY_0).all(axis=1), Swizzling.KEY_0, Swizzling.KEY_5)
-    swz_w = np.where(is_maxpool, Swizzling.KEY_0, key)
+    all_key0 = (col(F.in_swizzling0) == 0) & (col(F.in_swizzling1) == 0) & (col(F.out_swizzling0) == 0)
+    key = np.where(is_elt & all_key0, _SWZ.KEY_0, _SWZ.KEY_5)
+    swz_w = np.where(is_maxpool, _SWZ.KEY_0, key)
     _one_hot(d, 71, key, "swizzling", 11)
     _one_hot(d, 77, swz_w, "swizzling", 11)
     _one_hot(d, 83, key, "swizzling", 11)
-    isi, owt = a[:, F.isi_strategy].copy(), a[:, F.output_write_tiles].copy()
-    isi[(isi == ISIStrategy.SPLIT_OVER_H) & (a[:, F.k_h] == 1)] = ISIStrategy.CLUSTERING
-    isi[(isi == ISIStrategy.CLUSTERING) & (owt > 1)] = ISIStrategy.SPLIT_OVER_K
-    sok_elt = (isi == ISIStrategy.SPLIT_OVER_K) & is_elt
-    isi[sok_elt] = ISIStrategy.CLUSTERING
+    isi, owt = col(F.isi_strategy).copy(), col(F.output_write_tiles).copy()
+    isi[(isi == _ISI_CODE.SPLIT_OVER_H) & (col(F.k_h) == 1)] = _ISI_CODE.CLUSTERING
+    isi[(isi == _ISI_CODE.CLUSTERING) & (owt > 1)] = _ISI_CODE.SPLIT_OVER_K
+    sok_elt = (isi == _ISI_CODE.SPLIT_OVER_K) & is_elt
+    isi[sok_elt] = _ISI_CODE.CLUSTERING
     owt[sok_elt] = 1
     d[:, 89] = np.minimum(owt, 2)
     _one_hot(d, 90, isi, "isi11", 11)
-    return d
+    return np.ascontiguousarray(d)

@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from .descriptors import DESCRIPTOR_SIZES, encode, first_unencodable
-from .enums import Operation
+from .enums import Operation, int_codes
 from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
 from .reader import VpunnNetwork, read_vpunn
 from .sanitizer import check, sanitize
@@ -23,12 +23,13 @@ from .workload import F, DPUWorkload, workloads_to_matrix
 
 __all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_to_cycles"]
 
+_OP = int_codes(Operation)
+
 log = logging.getLogger(__name__)
 
 #: output interface version of the DPU files: the NN value is the cycle count
 CYCLES_OUTPUT_VERSION = 2
 _MAX_NN_CYCLES = 4e9
-_EXTRAPOLATED_OPS = (Operation.DW_CONVOLUTION, Operation.MAXPOOL, Operation.AVEPOOL)
 
 
 class UnencodableWorkload(VpunnError):
@@ -87,9 +88,12 @@ class DpuModel:
     Args:
         model: path of the file, or an already parsed `VpunnNetwork`.
         cache_size: entries of the result cache (keyed by descriptor bytes, as the runtime's LRU); 0 disables.
+        blas_threads: BLAS threads for the NN pass (None: the library's default). One is the default: on the
+            shared 2-core machine one thread gave 105-145k workloads/s, two threads 13-99k/s whenever another
+            process was busy (about 190k/s only when idle).
     """
 
-    def __init__(self, model, cache_size: int = 1 << 18):
+    def __init__(self, model, cache_size: int = 1 << 18, blas_threads: int | None = 1):
         self.network: VpunnNetwork = model if isinstance(model, VpunnNetwork) else read_vpunn(Path(model))
         net = self.network
         if net.input_version not in DESCRIPTOR_SIZES:
@@ -103,6 +107,7 @@ class DpuModel:
             raise VpunnError(f"{net.source}: the network takes {net.input_size} inputs but interface "
                              f"{net.input_version} has {DESCRIPTOR_SIZES[net.input_version]}")
         self.version = net.input_version
+        self.blas_threads = blas_threads
         self._cache = LruCache(cache_size)
 
     def __repr__(self) -> str:
@@ -124,22 +129,21 @@ class DpuModel:
         d = np.ascontiguousarray(descriptors, dtype=np.float32)
         if len(d) == 0:
             return np.zeros(0, np.float32)
-        first, inverse = _unique_rows(d)
-        uniq = d[first]
-        values = np.empty(len(uniq), dtype=np.float32)
-        keys = [row.tobytes() for row in uniq]
-        missing = []
-        for i, key in enumerate(keys):
-            hit = self._cache.get(key)
-            if hit is None:
-                missing.append(i)
-            else:
-                values[i] = hit
+        keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
+        position: dict[bytes, int] = {}
+        inverse = np.fromiter((position.setdefault(k, len(position)) for k in keys), np.int64, len(keys))
+        _, first = np.unique(inverse, return_index=True)
+        if self._cache.size <= 0:
+            return self.network.forward(d[first], threads=self.blas_threads)[inverse]
+        unique_keys = list(position)
+        cached = [self._cache.get(k) for k in unique_keys]
+        missing = [i for i, v in enumerate(cached) if v is None]
+        values = np.array([0.0 if v is None else v for v in cached], dtype=np.float32)
         if missing:
-            out = self.network.forward(uniq[missing])
+            out = self.network.forward(d[first[missing]], threads=self.blas_threads)
             values[missing] = out
-            for i, v in zip(missing, out):
-                self._cache.put(keys[i], v)
+            for i, v in zip(missing, out.tolist()):
+                self._cache.put(unique_keys[i], v)
         return values[inverse]
 
     def _query_cycles(self, queries: np.ndarray) -> np.ndarray:
@@ -162,14 +166,23 @@ class DpuModel:
         ok = np.nonzero(code == 0)[0]
         if len(ok) == 0:
             return result
-        sv = s[ok]
+        sv = s if len(ok) == len(s) else np.asfortranarray(s[ok])
         bad = first_unencodable(sv, self.version)
         if bad is not None:
             raise UnencodableWorkload(int(ok[bad[0]]), bad[1])
         op = sv[:, F.operation].astype(np.int64)
         dual = (sv[:, F.in_sparsity_enabled] != 0) & (sv[:, F.weight_sparsity_enabled] != 0)
-        extra = np.isin(op, _EXTRAPOLATED_OPS) & (sv[:, F.in_c] > 64) & ~dual
+        extra = ((op == _OP.DW_CONVOLUTION) | (op == _OP.MAXPOOL) | (op == _OP.AVEPOOL)) \
+            & (sv[:, F.in_c] > 64) & ~dual
         plain = ~dual & ~extra
+        if plain.all():  # the common case: one NN query per workload
+            c_plain = self._query_cycles(sv)
+            out = c_plain.copy()
+            if (c_plain == ERROR_INVALID_OUTPUT_RANGE).any():
+                failed = c_plain == ERROR_INVALID_OUTPUT_RANGE
+                out[failed] = theoretical_cycles(sv[failed])
+            result[ok] = out
+            return result
         clone_a, clone_b = sv[dual].copy(), sv[dual].copy()
         clone_a[:, [F.act_sparsity, F.in_sparsity_enabled]] = 0
         clone_b[:, [F.weight_sparsity, F.weight_sparsity_enabled]] = 0
@@ -179,26 +192,37 @@ class DpuModel:
         parts = [sv[plain], clone_a, clone_b, ref32, ref64]
         cyc = np.split(self._query_cycles(np.concatenate(parts)), np.cumsum([len(p) for p in parts])[:-1])
         c_plain, c_a, c_b, c32, c64 = cyc
-        theo = theoretical_cycles(sv)
         bad = lambda c: c == ERROR_INVALID_OUTPUT_RANGE  # noqa: E731  (the only NN error code)
+        theo = np.zeros(len(sv), dtype=np.int64)  # the fallback, computed only where an NN value is unusable
+        need = np.zeros(len(sv), dtype=bool)
+        need[plain] = bad(c_plain)
+        need[dual] = bad(c_a) | bad(c_b)
+        need[extra] = bad(c32) | bad(c64)
+        if need.any():
+            theo[need] = theoretical_cycles(sv[need])
         out = np.empty(len(sv), dtype=np.int64)
         out[plain] = np.where(bad(c_plain), theo[plain], c_plain)
         # each dual-sparsity clone is a DPU() call of its own, fallback included; theory ignores sparsity
         theo_d = theo[dual]
         out[dual] = np.minimum(np.where(bad(c_a), theo_d, c_a), np.where(bad(c_b), theo_d, c_b))
-        out[extra] = self._extrapolate(sv[extra, F.out_c], c32, c64, theo[extra])
+        extrapolated = self._extrapolate(sv[extra, F.out_c], c32, c64, theo[extra])
+        if (extrapolated < 0).any():  # a negative extrapolation: the theoretical cycles, as for an NN error
+            neg = np.nonzero(extra)[0][extrapolated < 0]
+            extrapolated[extrapolated < 0] = theoretical_cycles(sv[neg])
+        out[extra] = extrapolated
         result[ok] = out
         return result
 
     @staticmethod
     def _extrapolate(c_out, c32, c64, theo) -> np.ndarray:
-        """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3)."""
+        """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3); -1 where negative."""
         f32 = np.float32
         a, b = c32.astype(f32), c64.astype(f32)
         slope = (b - a) / f32(32)
         value = slope * c_out.astype(f32) + (a - slope * f32(32))
-        failed = (c32 == ERROR_INVALID_OUTPUT_RANGE) | (c64 == ERROR_INVALID_OUTPUT_RANGE) | (value < 0)
-        return np.where(failed, theo, np.ceil(np.where(failed, 0, value)).astype(np.int64))
+        failed = (c32 == ERROR_INVALID_OUTPUT_RANGE) | (c64 == ERROR_INVALID_OUTPUT_RANGE)
+        cycles = np.ceil(np.where(failed, 0, value)).astype(np.int64)
+        return np.where(failed, theo, np.where(cycles < 0, -1, cycles))
 
     def cost_one(self, workload: DPUWorkload) -> tuple[int, str]:
         """(cycles, error name or '') of one workload."""

@@ -5,10 +5,11 @@ Descriptor interfaces encode these by *name* into their own (older) enum orders;
 from __future__ import annotations
 
 from enum import IntEnum
+from types import SimpleNamespace
 
 from .errors import VpunnError
 
-__all__ = ["VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction", "Swizzling",
+__all__ = ["int_codes", "VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction", "Swizzling",
            "ISIStrategy", "VPUTilingStrategy", "DMADirection", "parse_enum", "DTYPE_BITS"]
 
 
@@ -116,6 +117,11 @@ class DMADirection(IntEnum):
     CMX2CMX = 1
     CMX2DDR = 2
     DDR2DDR = 3
+
+
+def int_codes(enum_cls: type[IntEnum]) -> SimpleNamespace:
+    """The members as plain ints (numpy looks up array hooks on an IntEnum's class at every operation)."""
+    return SimpleNamespace(**{m.name: int(m) for m in enum_cls})
 
 
 def parse_enum(enum_cls: type[IntEnum], text, what: str = "", aliases: dict[str, str] | None = None) -> IntEnum:

@@ -7,11 +7,16 @@ from __future__ import annotations
 import numpy as np
 
 from .devices import DEVICES
-from .enums import DataType, ExecutionMode, Operation, VPUDevice
+from .enums import DataType, ExecutionMode, Operation, VPUDevice, int_codes
 from .sanitizer import dtype_bytes
 from .workload import F
 
 __all__ = ["theoretical_cycles", "padding_taps"]
+
+_DTYPE = int_codes(DataType)
+_MODE = int_codes(ExecutionMode)
+_OP = int_codes(Operation)
+_DEV = int_codes(VPUDevice)
 
 def _pad_loss(pad, s):
     """Taps of one border pad over the output positions that reach it: sum over i of max(0, pad - i*s)."""
@@ -40,28 +45,28 @@ def padding_taps(a: np.ndarray) -> np.ndarray:
     return loss_h * kw * m_w + (loss_l + loss_r) * kh * m_h - corners
 
 
-_CMX_GRID = {ExecutionMode.CUBOID_4x16: (8, 8, 256), ExecutionMode.CUBOID_8x16: (16, 8, 128),
-             ExecutionMode.CUBOID_16x16: (16, 16, 64)}
+_CMX_GRID = {_MODE.CUBOID_4x16: (8, 8, 256), _MODE.CUBOID_8x16: (16, 8, 128),
+             _MODE.CUBOID_16x16: (16, 16, 64)}
 
 
 def theoretical_cycles(m: np.ndarray) -> np.ndarray:
     """Theoretical cycles of sanitized workloads, int64."""
-    a = m.astype(np.int64)
+    a = np.asfortranarray(m, dtype=np.int64)
     dev, op = a[:, F.device], a[:, F.operation]
-    v27 = dev == VPUDevice.VPU_2_7
+    v27 = dev == _DEV.VPU_2_7
     cfg20, cfg27 = DEVICES[VPUDevice.VPU_2_0], DEVICES[VPUDevice.VPU_2_7]
     pick = lambda attr: np.where(v27, getattr(cfg27, attr), getattr(cfg20, attr))  # noqa: E731
     kk = a[:, F.k_w] * a[:, F.k_h]
     base = kk * a[:, F.out_w] * a[:, F.out_h] * a[:, F.out_c] * a[:, F.out_b]
     lanes = pick("ppe_lanes") // np.where(a[:, F.output_write_tiles] > 1, 2, 1)
     in_elems = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
-    is_elt = op == Operation.ELTWISE
+    is_elt = op == _OP.ELTWISE
     base = np.where(is_elt, -(-in_elems // lanes), base)
-    conv = (op == Operation.CONVOLUTION) | (op == Operation.CM_CONVOLUTION)
+    conv = (op == _OP.CONVOLUTION) | (op == _OP.CM_CONVOLUTION)
     base = np.where(conv, base * a[:, F.in_c] - padding_taps(a) * a[:, F.in_c] * a[:, F.out_c], base)
     macs = np.where(conv, pick("macs_per_dpu"), pick("macs_per_dpu") // pick("input_channels_per_mac"))
     cycles = -(-base // macs)
-    fp = np.isin(a[:, F.in_dtype], (DataType.FLOAT16, DataType.BFLOAT16))
+    fp = (a[:, F.in_dtype] == _DTYPE.FLOAT16) | (a[:, F.in_dtype] == _DTYPE.BFLOAT16)
     cycles = np.where(fp, cycles * pick("fp16_ratio"), cycles)
     if v27.any():
         mode = a[:, F.execution_mode]

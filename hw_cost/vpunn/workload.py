@@ -77,8 +77,14 @@ WORKLOAD_COLUMNS = (
     "isi_strategy",
 )
 FIELDS = WORKLOAD_COLUMNS + ("mem_w", "mem_h", "mem_c")
-#: column index of each field: F.in_c, ...
-F = IntEnum("F", {name: i for i, name in enumerate(FIELDS)})
+
+
+class F:
+    """Column index of each field of the workload matrix: F.in_c, F.out_w, ... (plain ints: hot paths read them)."""
+
+
+for _i, _name in enumerate(FIELDS):
+    setattr(F, _name, _i)
 
 _ENUM_FIELDS: dict[str, type[IntEnum]] = {
     "device": VPUDevice, "operation": Operation, "in_dtype": DataType, "out_dtype": DataType, "in_layout": Layout,

@@ -1,0 +1,157 @@
+"""Benchmark of the numpy VPUNN runtime against the figures of Intel's C++ runtime (vpunn-reference.md §9).
+
+    .venv/bin/python scripts/bench_vpunn.py [--model-dir DIR] [--threads N] [--repeat R]
+
+Prints, for vpu_2_7 and vpu_2_0 (full and .fast): DPU throughput of `DpuModel.cost` (sanitizer, descriptors,
+one NN pass, post-processing; result cache off, all workloads distinct) at batch 1, 256 and 65536; then the
+cold and warm time to cost a whole MobileNetV2-1.0 at 224x224 (layers extracted beforehand, timed apart).
+Cold = a fresh cost model with empty caches; the model files are already parsed (as a warm process has them).
+Times are the best of --repeat runs: the machine is shared, so single runs vary.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from hw_cost.vpunn import DataType, DpuModel, ExecutionMode, Operation, VPUDevice, dpu_layer, load_vpunn_cost_model
+from hw_cost.vpunn.network import read_model_cached
+from hw_cost.vpunn.paths import find_model_dir
+from hw_cost.vpunn.sanitizer import check, sanitize
+from hw_cost.vpunn.workload import F, workloads_to_matrix
+
+# Intel's C++ runtime on this machine, one thread (vpunn-reference.md §9): microseconds per workload
+CPP_SINGLE_US = {"vpu_2_0": 36.5, "vpu_2_0.fast": 8.0, "vpu_2_7": 51.5, "vpu_2_7.fast": 19.5}
+CPP_VECTOR_US = {"vpu_2_0": 29.0, "vpu_2_0.fast": 5.1, "vpu_2_7": 41.0, "vpu_2_7.fast": 12.0}
+CPP_LAYER_COLD_MS, CPP_LAYER_WARM_MS = 1.6, 0.3  # Layer() auto strategy, 2.7, 2 tiles, per layer
+TARGET_WPS, TARGET_COLD_MS, TARGET_WARM_MS = 100_000, 50.0, 2.0
+
+
+def random_workloads(device: VPUDevice, n: int, seed: int = 0) -> np.ndarray:
+    """n distinct valid workloads of `device` (convs, depthwise, eltwise, max-pools; uint8 and fp16)."""
+    rng = np.random.default_rng(seed)
+    v27 = device == VPUDevice.VPU_2_7
+    template = workloads_to_matrix([dpu_layer(device, Operation.CONVOLUTION, (1, 1, 16), (1, 1, 16))])[0]
+    found = np.zeros((0, len(template)))
+    while len(found) < n:
+        m = 2 * n
+        w = np.repeat(template[None], m, axis=0)
+        op = rng.choice([Operation.CONVOLUTION, Operation.DW_CONVOLUTION, Operation.ELTWISE, Operation.MAXPOOL], m,
+                        p=[0.55, 0.2, 0.15, 0.1])
+        k = np.where(op == Operation.ELTWISE, 1, rng.choice([1, 3, 5, 7], m))
+        s = np.where(op == Operation.ELTWISE, 1, rng.choice([1, 2], m))
+        out_w, out_h = rng.integers(1, 57, m), rng.integers(1, 57, m)
+        dw_like = (op == Operation.DW_CONVOLUTION) | (op == Operation.MAXPOOL)
+        c_out = np.where(dw_like & v27, rng.choice([16, 32, 64], m), 16 * rng.integers(1, 33, m))
+        fp16 = rng.random(m) < 1 / 3
+        if v27:
+            mode = np.where(op == Operation.CONVOLUTION, rng.choice([3, 4, 5], m), ExecutionMode.CUBOID_16x16)
+        else:
+            mode = np.where(fp16, ExecutionMode.VECTOR_FP16, rng.choice([0, 1], m))
+        w[:, F.operation], w[:, F.execution_mode] = op, mode
+        w[:, F.k_w] = w[:, F.k_h] = k
+        w[:, F.s_w] = w[:, F.s_h] = s
+        w[:, F.pad_top] = w[:, F.pad_bottom] = w[:, F.pad_left] = w[:, F.pad_right] = k // 2
+        w[:, F.out_w], w[:, F.out_h], w[:, F.out_c] = out_w, out_h, c_out
+        w[:, F.mem_w], w[:, F.mem_h], w[:, F.mem_c] = out_w, out_h, c_out
+        w[:, F.in_w], w[:, F.in_h] = (out_w - 1) * s + 1, (out_h - 1) * s + 1  # + k - 2 * (k // 2) = + 1
+        w[:, F.in_c] = np.where(op == Operation.CONVOLUTION, 16 * rng.integers(1, 33, m), c_out)
+        w[:, F.in_dtype] = w[:, F.out_dtype] = np.where(fp16, DataType.FLOAT16, DataType.UINT8)
+        w = w[check(sanitize(w)) == 0]
+        found = np.unique(np.concatenate([found, w]), axis=0)
+    return found[rng.permutation(len(found))[:n]]
+
+
+def best_time(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def bench_dpu(model_dir, repeat: int) -> None:
+    print("DPU throughput: DpuModel.cost on distinct workloads (result cache off), workloads/s")
+    print(f"{'model':<14} {'batch 1':>10} {'batch 256':>11} {'batch 65536':>12}   "
+          f"{'x C++ single':>12} {'x C++ vector':>12}")
+    for stem in ("vpu_2_7", "vpu_2_7.fast", "vpu_2_0", "vpu_2_0.fast"):
+        device = VPUDevice.VPU_2_7 if stem.startswith("vpu_2_7") else VPUDevice.VPU_2_0
+        model = DpuModel(read_model_cached(model_dir / f"{stem}.vpunn"), cache_size=0)
+        pool = random_workloads(device, 65536, seed=1)
+        rates = {}
+        for batch in (1, 256, 65536):
+            chunks = max(1, min(64, 65536 // batch // 4)) if batch < 65536 else 1
+            reps = repeat if batch == 65536 else 1
+            t = best_time(lambda: [model.cost(pool[i * batch:(i + 1) * batch]) for i in range(chunks)], reps)
+            rates[batch] = chunks * batch / t
+        big = rates[65536]
+        print(f"{stem:<14} {rates[1]:>10,.0f} {rates[256]:>11,.0f} {big:>12,.0f}   "
+              f"{big * CPP_SINGLE_US[stem] / 1e6:>11.1f}x {big * CPP_VECTOR_US[stem] / 1e6:>11.1f}x")
+        if stem == "vpu_2_7":
+            verdict = "meets" if big >= TARGET_WPS else "MISSES"
+            print(f"{'':<14} target >= {TARGET_WPS:,} workloads/s batched: {verdict}")
+
+
+def bench_network(model_dir, repeat: int) -> None:
+    import torch
+    import torchvision
+
+    from hw_cost import extract_layers
+
+    torch.set_num_threads(1)
+    t = time.perf_counter()
+    layers = extract_layers(torchvision.models.mobilenet_v2(), (1, 3, 224, 224))
+    extract_ms = (time.perf_counter() - t) * 1e3
+    dpu_layers = sum(1 for lay in layers if lay.op in ("conv", "dwconv", "linear", "add", "maxpool", "avgpool"))
+    print(f"\nMobileNetV2-1.0 @224: {len(layers)} layers ({dpu_layers} on the DPU); extract_layers (torch.fx) "
+          f"took {extract_ms:.0f} ms, not counted below")
+    for spec in ("VPU_2_7", "VPU_2_7.fast", "VPU_2_0"):
+        model = load_vpunn_cost_model(spec, model_dir=model_dir)
+
+        def cold():
+            model.clear_cache()
+            model.network_cost(layers)
+
+        cold_ms = best_time(cold, repeat) * 1e3
+        model.network_cost(layers)
+        warm_ms = best_time(lambda: model.network_cost(layers), repeat) * 1e3
+        result = model.network_cost(layers)
+        line = (f"{spec:<13} cold {cold_ms:7.1f} ms   warm {warm_ms:6.2f} ms   -> {result.ms:.3f} ms on the device, "
+                f"{result.fps:,.0f} fps")
+        if spec.startswith("VPU_2_7"):
+            cpp_cold, cpp_warm = CPP_LAYER_COLD_MS * dpu_layers, CPP_LAYER_WARM_MS * dpu_layers
+            line += (f"\n{'':<13} C++ layer model: about {cpp_cold:.0f} ms cold, {cpp_warm:.0f} ms warm "
+                     f"-> {cpp_cold / cold_ms:.1f}x / {cpp_warm / warm_ms:.0f}x faster")
+            if spec == "VPU_2_7":
+                ok = cold_ms <= TARGET_COLD_MS and warm_ms <= TARGET_WARM_MS
+                line += (f"\n{'':<13} targets cold <= {TARGET_COLD_MS:.0f} ms, warm <= {TARGET_WARM_MS:.0f} ms: "
+                         f"{'meets' if ok else 'MISSES'}")
+        print(line)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", help="folder of the .vpunn files")
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: the library's)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is kept")
+    args = parser.parse_args(argv)
+    model_dir = find_model_dir(args.model_dir)
+    limits = None
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        limits = threadpool_limits(args.threads)
+    from threadpoolctl import threadpool_info
+
+    blas = [f"{i['internal_api']} {i['num_threads']} thread(s)" for i in threadpool_info() if i["user_api"] == "blas"]
+    print(f"numpy {np.__version__}, BLAS: {', '.join(blas) or 'unknown'}; models from {model_dir}\n")
+    bench_dpu(model_dir, args.repeat)
+    bench_network(model_dir, args.repeat)
+    if limits is not None:
+        limits.restore_original_limits()
+
+
+if __name__ == "__main__":
+    main()
