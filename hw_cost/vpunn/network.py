@@ -17,7 +17,8 @@ per-layer table), never dropped:
   the padding and overlap like SOH tiles), the smallest cut whose pieces fit CMX; the pieces run one after
   another and their costs add.
 * **dpu-theoretical** - a DPU layer the layer model rejects for another reason (e.g. a kernel above 15 or a
-  stride above 8) costs VPUNN's theoretical cycles of the whole layer as one workload.
+  stride above 8) costs VPUNN's theoretical cycles of the whole layer as one workload, divided by the DPUs
+  that would share it (tiles x DPUs per tile).
 * **memory-bound** - ops the DPU does not run (pixel_shuffle, global_avgpool, upsample, concat, mul,
   standalone act / batchnorm, other): bytes read + bytes written moved once through CMX at the theoretical DMA
   rate (VPUNN's legacy DMA model, CMX->CMX, latency included). Reads are the input tensor (mul: input and an
@@ -46,9 +47,9 @@ from .errors import ERROR_INPUT_TOO_BIG, VpunnError
 from .layer import LayerModel, LayerRequest, LayerResult, dpu_layer
 from .paths import MODEL_FILES, resolve_model_file
 from .reader import VpunnNetwork, read_vpunn
-from .sanitizer import PAGE, cmx_required, sanitize
+from .sanitizer import cmx_required, sanitize
 from .theoretical import theoretical_cycles
-from .workload import DPUWorkload, workloads_to_matrix
+from .workload import F, DPUWorkload, workloads_to_matrix
 
 __all__ = ["VpunnCostModel", "LayerCost", "NetworkCost", "load_vpunn_cost_model", "read_model_cached",
            "COST_MODEL_OPTIONS"]
@@ -381,26 +382,35 @@ class VpunnCostModel(CostModel):
         why = res.error if res is not None else "no split fits CMX"
         mode = ExecutionMode.CUBOID_16x16 if self.device == VPUDevice.VPU_2_7 else \
             (ExecutionMode.VECTOR_FP16 if lay.in_dtype == DataType.FLOAT16 else ExecutionMode.MATRIX)
-        cycles = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])))[0])
+        single = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])))[0])
+        cycles = -(-single // (self.n_tiles * self.config.dpus_per_tile))
         log.info("VPUNN layer model rejects %s %sx%sx%s -> %sx%sx%s (%s): using theoretical cycles %d",
                  lay.operation.name, lay.in_w, lay.in_h, lay.in_c, lay.out_w, lay.out_h, lay.out_c, why, cycles)
         self._dpu_cache[lay] = (cycles, "dpu-theoretical", "")
 
     def _first_fit(self, lay: DPUWorkload) -> tuple[int, int] | None:
-        """Smallest (channel chunks, row slices) whose pieces each fit CMX as one workload."""
-        cmx = self.config.cmx_bytes
-        k = 1
-        while lay.out_c // k >= 16:
-            for h in range(1, lay.out_h + 1):
-                if k == 1 and h == 1:
-                    continue
-                pieces = self._pieces(lay, k, h)
-                if (cmx_required(workloads_to_matrix(pieces)) <= cmx).all():
-                    return k, h
-                if h > 1 and cmx_required(workloads_to_matrix(pieces[:1]))[0] - PAGE >= cmx:
-                    break  # slicing rows no longer helps: the weights alone overflow
+        """Smallest cut (fewest channel chunks first, then fewest row slices) whose largest piece fits CMX.
+
+        The largest piece of a cut has ceil(C_out / k) channels (rounded up to 16) and ceil(H_out / h) output
+        rows read from a full window of input rows; padding does not change the CMX footprint.
+        """
+        cuts, k = [], 1
+        while True:
+            per = _pad16(-(-lay.out_c // k))
+            cuts += [(k, h, per, -(-lay.out_h // h)) for h in range(1, lay.out_h + 1) if (k, h) != (1, 1)]
+            if per <= 16:
+                break
             k *= 2
-        return None
+        cut = np.array(cuts, dtype=np.int64)
+        rows = np.repeat(workloads_to_matrix([lay]), len(cut), axis=0)
+        same_c = lay.operation not in (Operation.CONVOLUTION, Operation.CM_CONVOLUTION)
+        rows[:, F.out_c] = rows[:, F.mem_c] = cut[:, 2]
+        if same_c:
+            rows[:, F.in_c] = cut[:, 2]
+        rows[:, F.out_h] = rows[:, F.mem_h] = cut[:, 3]
+        rows[:, F.in_h] = np.minimum(lay.in_h, (cut[:, 3] - 1) * lay.s_h + lay.k_h)
+        fits = np.nonzero(cmx_required(rows) <= self.config.cmx_bytes)[0]
+        return (int(cut[fits[0], 0]), int(cut[fits[0], 1])) if len(fits) else None
 
     @staticmethod
     def _pieces(lay: DPUWorkload, k: int, h: int) -> list[DPUWorkload]:
