@@ -2,8 +2,8 @@
 
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
     vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
-    vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr] [--output-in-ddr]
-                                                    [--dma-model dma_2_7.vpunn] [--details]
+    vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
+                                                    [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
                                                                               -> layer_id,strategy,cycles,error
     vpunas vpunn dma   MODEL_FILE IN.csv -o OUT.csv                           -> id,cycles,error
 
@@ -35,21 +35,19 @@ def parse_input_shape(text: str) -> tuple[int, int, int, int]:
     return dims
 
 
-def build_named_model(name: str, num_classes: int | None = None):
+def build_named_model(name: str):
     """A torchvision or timm model by name, with random weights (latency only)."""
     import torchvision
 
-    kwargs = {} if num_classes is None else {"num_classes": num_classes}
     if name in torchvision.models.list_models():
-        return torchvision.models.get_model(name, weights=None, **kwargs)
+        return torchvision.models.get_model(name, weights=None)
     import timm
 
     if timm.is_model(name):
-        return timm.create_model(name, pretrained=False, **kwargs)
-    close = sorted(set(torchvision.models.list_models()) | set(timm.list_models(f"*{name[:5]}*")))
-    hint = [m for m in close if name[:5] in m][:8]
+        return timm.create_model(name, pretrained=False)
+    similar = [m for m in torchvision.models.list_models() + timm.list_models() if name[:5].lower() in m][:8]
     raise CostModelError(f"unknown model {name!r}: not a torchvision or timm model name"
-                         + (f" (similar: {', '.join(hint)})" if hint else ""))
+                         + (f" (similar: {', '.join(similar)})" if similar else ""))
 
 
 def _cost(args) -> int:

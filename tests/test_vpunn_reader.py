@@ -92,8 +92,9 @@ def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN",
 
 def _mlp(rng, sizes, bias=True, acts=None):
     acts = acts or [1] * (len(sizes) - 2) + [0]
-    return [(rng.standard_normal((o, i)).astype(np.float32), rng.standard_normal(o).astype(np.float32) if bias else None,
-             a) for i, o, a in zip(sizes[:-1], sizes[1:], acts)]
+    return [(rng.standard_normal((o, i)).astype(np.float32),
+             rng.standard_normal(o).astype(np.float32) if bias else None, a)
+            for i, o, a in zip(sizes[:-1], sizes[1:], acts)]
 
 
 # -- synthetic files ------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 from .errors import VpunnError
 
-__all__ = ["int_codes", "VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction", "Swizzling",
+__all__ = ["int_codes", "VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction",
+           "Swizzling",
            "ISIStrategy", "VPUTilingStrategy", "DMADirection", "parse_enum", "DTYPE_BITS"]
 
 

@@ -16,8 +16,8 @@ import numpy as np
 from .devices import DeviceConfig, device_config
 from .dma import DmaModel, dma_1d, theoretical_dma_cycles
 from .dpu import DpuModel
-from .enums import (DataType, DMADirection, ExecutionMode, ISIStrategy, Layout, Operation, Swizzling, VPUDevice,
-                    VPUTilingStrategy)
+from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, ISIStrategy, Layout, Operation,
+                    Swizzling, VPUDevice, VPUTilingStrategy)
 from .errors import ERROR_TILE_OUTPUT, error_name, is_error
 from .sanitizer import check, dtype_bytes, layer_fixups, weight_mask_bytes
 from .workload import F, DPUWorkload, workloads_to_matrix
@@ -36,14 +36,13 @@ _FP16 = (DataType.FLOAT16, DataType.BFLOAT16)
 
 def dpu_layer(device: VPUDevice, operation: Operation, in_whc: Sequence[int], out_whc: Sequence[int], *,
               kernel=(1, 1), stride=(1, 1), padding=(0, 0, 0, 0), dtype: DataType = DataType.UINT8,
-              out_dtype: DataType | None = None, activation=None, batch: int = 1) -> DPUWorkload:
+              out_dtype: DataType | None = None, activation: ActivationFunction = ActivationFunction.NONE,
+              batch: int = 1) -> DPUWorkload:
     """A `DPUWorkload` describing a whole layer with the device's defaults (layout, swizzling, MPE mode).
 
     kernel and stride are (W, H); padding is (top, bottom, left, right). The layer model tries every MPE mode
     itself; the one set here only matters for the single-workload API.
     """
-    from .enums import ActivationFunction
-
     v20 = device == VPUDevice.VPU_2_0
     layout = Layout.ZMAJOR if v20 else Layout.ZXY
     swz = Swizzling.KEY_0 if v20 else Swizzling.KEY_5
@@ -55,7 +54,7 @@ def dpu_layer(device: VPUDevice, operation: Operation, in_whc: Sequence[int], ou
         out_dtype=dtype if out_dtype is None else out_dtype, in_layout=layout, out_layout=layout,
         k_w=kernel[0], k_h=kernel[1], s_w=stride[0], s_h=stride[1], pad_top=padding[0], pad_bottom=padding[1],
         pad_left=padding[2], pad_right=padding[3], execution_mode=mode,
-        activation=activation if activation is not None else ActivationFunction.NONE,
+        activation=activation,
         in_swizzling0=swz, in_swizzling1=swz, out_swizzling0=swz)
 
 

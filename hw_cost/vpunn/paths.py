@@ -41,7 +41,8 @@ def find_model_dir(model_dir=None) -> Path:
     if env:
         path = Path(env).expanduser()
         if not path.is_dir():
-            raise VpunnError(f"{ENV_VAR}={env} is not a directory; point it at a folder of .vpunn files ({DOWNLOAD_HINT})")
+            raise VpunnError(f"{ENV_VAR}={env} is not a directory; point it at a folder of .vpunn files "
+                             f"({DOWNLOAD_HINT})")
         return path
     path = default_model_dir()
     if path is None:

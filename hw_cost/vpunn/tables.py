@@ -50,8 +50,8 @@ def read_table(path, required: Sequence[str]) -> list[dict]:
             if not header:
                 raise VpunnError(f"{path}: empty file (expected a CSV header with {', '.join(required)})")
             if missing:
-                raise VpunnError(f"{path}: missing column {missing[0]!r}"
-                                 + (f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""))
+                more = f" (and {len(missing) - 1} more: {', '.join(missing[1:])})" if len(missing) > 1 else ""
+                raise VpunnError(f"{path}: missing column {missing[0]!r}{more}")
             rows = list(reader)
     except FileNotFoundError:
         raise VpunnError(f"input table not found: {path}") from None
