@@ -47,6 +47,7 @@ def test_specs_and_defaults():
     ("VPU_2_7", {"strategy": "SOW"}, "unknown VPUTilingStrategy 'SOW'"),
     ("VPU_2_7", {"dma": "magic"}, "dma must be 'theoretical' or 'nn'"),
     ("VPU_2_7", {"n_tiles": -1}, "at least 1"),
+    ("VPU_2_0", {"n_tiles": 2}, "VPU_2_0 layer model supports at most 1 tile"),
 ])
 def test_bad_specs_and_options(spec, options, message):
     with pytest.raises(CostModelError, match=message):

@@ -74,6 +74,7 @@ COST_MODEL_OPTIONS = {
     "weights_dma": "add the weights DMA of every layer (prefetching off); default False",
     "activations_in_ddr": "add a DDR->CMX input and a CMX->DDR output transfer per DPU layer; default False",
     "dma": "'theoretical' (default) or 'nn' (dma_2_7.vpunn) for those transfers",
+    "blas_threads": "BLAS threads of the NN pass (default 1, robust on shared cores; None: the library's)",
 }
 
 _NETWORK_CACHE: dict[tuple[str, int, int], VpunnNetwork] = {}
@@ -185,6 +186,9 @@ class VpunnCostModel(CostModel):
         self.n_dpu = int(n_dpu or dpus)
         if self.n_tiles < 1 or self.n_dpu < 1:
             raise VpunnError(f"n_tiles and n_dpu must be at least 1 (got {self.n_tiles}, {self.n_dpu})")
+        if self.n_tiles > max(self.config.owt_options):  # the layer model's broadcast limit
+            raise VpunnError(f"the {self.device.name} layer model supports at most {max(self.config.owt_options)} "
+                             f"tile(s), not {self.n_tiles}")
         self.name = name or f"vpunn:{self.device.name}"
         self.dtype = dtype
         self.strategy = VPUTilingStrategy(strategy)
@@ -467,7 +471,7 @@ def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
     else:
         raise VpunnError(f"unknown VPUNN model {arg!r}; valid: VPU_2_7, VPU_2_0, VPU_2_7.fast, VPU_2_0.fast or a "
                          ".vpunn file path")
-    dpu = DpuModel(read_model_cached(path))
+    dpu = DpuModel(read_model_cached(path), blas_threads=options.get("blas_threads", 1))
     if device is None:
         device = {10: VPUDevice.VPU_2_0, 11: VPUDevice.VPU_2_7}[dpu.version]
     strategy = parse_enum(VPUTilingStrategy, str(options.get("strategy", "AUTO_MIN")).upper(), "strategy",
