@@ -296,6 +296,12 @@ class _LayerBuilder:
             self._emit(node, op="concat", in_shape=_nchw(self._shape(node.args[0][0])))
         elif fn is F.adaptive_avg_pool2d and shape[-2:] == (1, 1) or fn is torch.mean and len(shape) in (2, 4):
             self._emit(node, op="global_avgpool", in_shape=self._input_shape(node), detail=getattr(fn, "__name__", ""))
+        elif fn in (F.max_pool2d, F.avg_pool2d):
+            params = dict(zip(("kernel_size", "stride", "padding"), node.args[1:4])) | dict(node.kwargs)
+            k = _pair(params["kernel_size"])
+            s, p = _pair(params.get("stride") or k), _pair(params.get("padding", 0))
+            self._emit(node, op="maxpool" if fn is F.max_pool2d else "avgpool", in_shape=self._input_shape(node),
+                       kernel=k, stride=s, padding=(p[0], p[0], p[1], p[1]))
         elif fn is F.pixel_shuffle:
             self._emit(node, op="pixel_shuffle", in_shape=self._input_shape(node), detail=f"r={node.args[1]}")
         elif fn in (F.interpolate,):

@@ -41,7 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # key=value overrides may come after options (`search CONFIG --out DIR a=1`), which argparse leaves over
+    args, extra = parser.parse_known_args(argv)
+    leftover_overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if hasattr(args, "overrides") and leftover_overrides:
+        args.overrides = list(args.overrides) + leftover_overrides
+        extra = [a for a in extra if a not in leftover_overrides]
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:

@@ -35,6 +35,10 @@ class CostConfig:
     model_dir: Optional[str] = None
     measure_missing: bool = False
 
+    def __post_init__(self):
+        if self.dtype not in ("uint8", "fp16"):
+            raise ValueError(f"dtype: {self.dtype!r} is not one of uint8, fp16")
+
     def options(self) -> dict:
         """Keyword options for `hw_cost.load_cost_model`."""
         if self.model.startswith("lut:"):
@@ -126,6 +130,8 @@ def _structured(cls: type, raw: Any, where: str):
         msg = str(exc).splitlines()[0]
         key = f"{where}.{exc.full_key}" if exc.full_key else where
         raise ConfigError(f"{key}: {msg}") from None
+    except ValueError as exc:  # a dataclass's own __post_init__ check
+        raise ConfigError(f"{where}.{exc}") from None
 
 
 def _dispatch(raw: Any, where: str, type_key: str, registry: dict[str, type], default: str):

@@ -2,7 +2,8 @@
 
 Deb et al., "A Fast and Elitist Multiobjective Genetic Algorithm: NSGA-II", IEEE TEC 2002. Architectures are
 integer genes (one choice index per searched decision, `SearchSpace.encode`); crossover is SBX and mutation
-polynomial, both rounded to integers, as pymoo recommends for integer variables. An optional latency limit is
+polynomial, both rounded to integers with a low distribution index (3) so that a mutation moves a choice, as
+pymoo recommends for integer variables. An optional latency limit is
 an inequality constraint (constraint-domination).
 
 The strategy is deterministic for a seed and the evaluations it is given. It therefore needs no state of its
@@ -37,9 +38,19 @@ class EvolutionConfig:
     population: int = 24
     generations: int = 10
     crossover_prob: float = 0.9
-    crossover_eta: float = 15.0
-    mutation_eta: float = 20.0
+    crossover_eta: float = 3.0
+    mutation_eta: float = 3.0
     latency_limit_ms: Optional[float] = None
+
+    def __post_init__(self):
+        if self.population < 4:
+            raise ValueError("population: must be >= 4")
+        if self.generations < 1:
+            raise ValueError("generations: must be >= 1")
+        if not 0 <= self.crossover_prob <= 1:
+            raise ValueError("crossover_prob: must be in [0, 1]")
+        if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
+            raise ValueError("latency_limit_ms: must be > 0")
 
 
 class EvolutionStrategy:
@@ -49,24 +60,24 @@ class EvolutionStrategy:
     """
 
     def __init__(self, space: SearchSpace, config: EvolutionConfig, metric: str, seed: int):
-        if config.population < 4 or config.generations < 1:
-            raise ValueError("evolution needs population >= 4 and generations >= 1")
         self.space, self.config, self.metric, self.seed = space, config, metric, seed
 
     def _algorithm(self):
         from pymoo.algorithms.moo.nsga2 import NSGA2
-        from pymoo.core.duplicate import ElementwiseDuplicateElimination
+        from pymoo.core.duplicate import DefaultDuplicateElimination
         from pymoo.operators.crossover.sbx import SBX
         from pymoo.operators.mutation.pm import PM
         from pymoo.operators.repair.rounding import RoundingRepair
 
         space = self.space
-        same_arch = lambda a, b: arch_key(space.decode(a.X)) == arch_key(space.decode(b.X))
+        # genes of archs: two gene vectors are duplicates when they decode to the same arch
+        canonical = lambda pop: np.stack([space.encode(space.decode(np.rint(x).astype(np.int64)))
+                                          for x in pop.get("X")]).astype(float)
         return NSGA2(pop_size=self.config.population, sampling=self._initial_genes(),
                      crossover=SBX(prob=self.config.crossover_prob, eta=self.config.crossover_eta, vtype=float,
                                    repair=RoundingRepair()),
                      mutation=PM(eta=self.config.mutation_eta, vtype=float, repair=RoundingRepair()),
-                     eliminate_duplicates=ElementwiseDuplicateElimination(cmp_func=same_arch))
+                     eliminate_duplicates=DefaultDuplicateElimination(func=canonical))
 
     def _initial_genes(self) -> np.ndarray:
         """Largest, smallest, then distinct random archs (drawn from the seed)."""

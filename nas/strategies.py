@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import torch
+
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
 from .supernet_training import SupernetTrainer
@@ -26,6 +28,7 @@ class SearchOutcome:
 
 def train_supernet(ctx) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights."""
+    torch.manual_seed(ctx.config.seed)  # the initial weights
     trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
                               ctx.run_dir.supernet_checkpoint)
     trainer.train(progress=ctx.progress)

@@ -62,6 +62,14 @@ class TrainConfig:
     channels_last: bool = True
     checkpoint_every: int = 50
 
+    def __post_init__(self):
+        for name in ("epochs", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1")
+        for name in ("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay", "grad_clip"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+
 
 def to_channels_last(module: nn.Module) -> nn.Module:
     return module.to(memory_format=torch.channels_last)

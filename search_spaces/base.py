@@ -139,10 +139,12 @@ class SearchSpace(ABC):
         return self.decode(np.zeros(len(self.choices), dtype=np.int64))
 
     def mutate(self, arch: dict, rng: np.random.Generator, prob: float) -> dict:
+        """Each choice, with probability `prob`, moves to a different value drawn uniformly."""
         genes = self.encode(arch)
         for i, choice in enumerate(self.choices):
-            if rng.random() < prob:
-                genes[i] = rng.integers(len(choice.values))
+            if len(choice.values) > 1 and rng.random() < prob:
+                new = rng.integers(len(choice.values) - 1)
+                genes[i] = new + (new >= genes[i])
         return self.decode(genes)
 
     def describe(self) -> str:

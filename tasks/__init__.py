@@ -2,4 +2,15 @@
 from .classification import ClassificationConfig, ClassificationTask
 from .data import DataError
 
-__all__ = ["ClassificationConfig", "ClassificationTask", "DataError"]
+#: task type -> (config dataclass, task class); a task is built as `cls(config, seed=...)`
+TASKS = {"classification": (ClassificationConfig, ClassificationTask)}
+
+
+def build_task(config, seed: int):
+    """The task named by `config.type`."""
+    if config.type not in TASKS:
+        raise DataError(f"unknown task type {config.type!r}; valid: {', '.join(sorted(TASKS))}")
+    return TASKS[config.type][1](config, seed=seed)
+
+
+__all__ = ["ClassificationConfig", "ClassificationTask", "DataError", "TASKS", "build_task"]

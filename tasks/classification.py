@@ -35,6 +35,7 @@ class ClassificationConfig:
         root: where the data lies (Fashion-MNIST: the Debian package's folder; CIFAR: torchvision's layout).
         image_size: network input size for `image_folder` (in-memory sets keep their native size).
         val_size: training images held out for the search's accuracy (the test set is only used in reports).
+        train_size: train on a fixed random subset of this many images (0 = the whole training split).
         label_smoothing: of the cross-entropy loss (timm's LabelSmoothingCrossEntropy).
         calib_images: training images (un-augmented) used to recalibrate batch norm of a subnet.
         eval_images: evaluate on the first N images of a split (0 = all).
@@ -45,6 +46,7 @@ class ClassificationConfig:
     root: str = FASHION_MNIST_DIR
     image_size: int = 224
     val_size: int = 5000
+    train_size: int = 0
     batch_size: int = 128
     eval_batch_size: int = 1000
     crop_padding: int = 2
@@ -54,6 +56,15 @@ class ClassificationConfig:
     label_smoothing: float = 0.1
     calib_images: int = 2000
     eval_images: int = 0
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise DataError(f"dataset: unknown {self.dataset!r}; valid: {', '.join(DATASETS)}")
+        for name in ("val_size", "train_size", "calib_images", "eval_images", "crop_padding"):
+            if getattr(self, name) < 0:
+                raise DataError(f"{name}: must be >= 0")
+        if self.batch_size < 1 or self.eval_batch_size < 1:
+            raise DataError("batch_size and eval_batch_size must be >= 1")
 
 
 class ClassificationTask:
@@ -70,6 +81,10 @@ class ClassificationTask:
         self.config = config
         train_full, self.test = self._load(config)
         train_idx, val_idx = split_indices(len(train_full), config.val_size, seed=seed)
+        if config.train_size:
+            if config.train_size > len(train_idx):
+                raise DataError(f"train_size {config.train_size} exceeds the {len(train_idx)} training images")
+            train_idx = np.sort(np.random.default_rng([seed, 2]).permutation(train_idx)[:config.train_size])
         if isinstance(train_full, TensorImages):  # folder sources augment with timm's per-sample transforms
             self.train = train_full.subset(train_idx, Augment(config.crop_padding, config.hflip, config.random_erasing))
         else:
@@ -78,7 +93,7 @@ class ClassificationTask:
         # un-augmented training images for batch-norm recalibration: a fixed sample, the same for every subnet
         calib_idx = np.random.default_rng([seed, 1]).permutation(len(train_idx))[:config.calib_images]
         self.calib = train_full.subset(train_idx[np.sort(calib_idx)])
-        self.num_classes = train_full.num_classes
+        self.num_classes = self.num_outputs = train_full.num_classes
         self.input_shape = tuple(train_full.image_shape)
         self.train_batches = EpochBatches(self.train, config.batch_size, seed)
         self._criterion = self._make_criterion(config.label_smoothing)
@@ -124,6 +139,16 @@ class ClassificationTask:
     def calibration_batches(self) -> Iterator[torch.Tensor]:
         for x, _ in iterate_eval(self.calib, self.config.eval_batch_size):
             yield x
+
+    def preprocessing(self) -> dict:
+        """How a deployed model's input must be prepared (recorded next to exported models)."""
+        if isinstance(self.test, TensorImages):
+            return {"scale": "pixel / 255", "mean": list(self.test.mean), "std": list(self.test.std),
+                    "input_shape": list(self.input_shape)}
+        from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+        return {"scale": "pixel / 255", "mean": list(IMAGENET_DEFAULT_MEAN), "std": list(IMAGENET_DEFAULT_STD),
+                "resize": "timm eval transform (resize, centre crop)", "input_shape": list(self.input_shape)}
 
     # ------------------------------------------------------------------------------------------- evaluation
     @torch.no_grad()

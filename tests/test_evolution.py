@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+
+from nas.evaluation import CachedEvaluator
+from nas.evolution import EvolutionConfig, EvolutionStrategy
+from nas.rundir import EvaluationJournal
+from search_spaces import arch_key
+from test_mobilenet_space import small_space
+
+SPACE = small_space()
+TARGET = SPACE.sample(np.random.default_rng(42))
+
+
+def toy_record(arch):
+    """Metric: closeness to TARGET (optimum 0 at TARGET); latency: the arch's total gene value."""
+    genes, target = SPACE.encode(arch), SPACE.encode(TARGET)
+    active = SPACE.encode(SPACE.decode(genes))  # canonical genes
+    return {"key": arch_key(arch), "arch": arch, "score": -float(np.abs(active - target).sum()),
+            "latency_ms": float(genes.sum()) + 1.0}
+
+
+def run(seed, limit=None, generations=12, evaluate=None):
+    seen = []
+
+    def evaluate_and_log(arch, generation):
+        seen.append((generation, arch_key(arch)))
+        return (evaluate or toy_record)(arch)
+
+    config = EvolutionConfig(population=16, generations=generations, latency_limit_ms=limit)
+    EvolutionStrategy(SPACE, config, "score", seed).run(evaluate_and_log)
+    return seen
+
+
+def test_seeded_runs_are_identical_and_seeds_differ():
+    assert run(0) == run(0)
+    assert run(0) != run(1)
+
+
+def test_initial_population_holds_largest_and_smallest():
+    first = {key for gen, key in run(3, generations=1)}
+    assert arch_key(SPACE.largest()) in first and arch_key(SPACE.smallest()) in first
+    assert len(first) == 16
+
+
+def test_finds_the_known_optimum():
+    found = {key for _, key in run(0, generations=30)}
+    assert arch_key(TARGET) in found
+
+
+def test_latency_limit_steers_the_population():
+    limit = 8.0
+    seen = run(0, limit=limit, generations=10)
+    latency = {key: toy_record(SPACE.validate(__import__("json").loads(key)))["latency_ms"] for _, key in seen}
+    first = [latency[k] <= limit for g, k in seen if g == 0]
+    last = [latency[k] <= limit for g, k in seen if g == 9]
+    assert np.mean(last) > np.mean(first)
+    assert np.mean(last) >= 0.8
+
+
+def test_replay_from_journal_repeats_no_evaluation(tmp_path):
+    journal = EvaluationJournal(tmp_path / "evals.jsonl")
+    calls = []
+    cached = CachedEvaluator(lambda arch: calls.append(1) or toy_record(arch), journal)
+    first = run(5, evaluate=lambda arch: cached(arch))
+    n_calls = len(calls)
+    assert n_calls == len({k for _, k in first})  # each distinct arch evaluated once
+    replay_cache = CachedEvaluator(lambda arch: pytest.fail("evaluated again"), journal)
+    assert run(5, evaluate=lambda arch: replay_cache(arch)) == first
+    assert [r["id"] for r in replay_cache.records] == list(range(n_calls))
+
+
+def test_truncated_journal_line_is_dropped(tmp_path):
+    journal = EvaluationJournal(tmp_path / "evals.jsonl")
+    journal.append({"key": "a", "id": 0})
+    with open(journal.path, "a") as f:
+        f.write('{"key": "b", "i')  # killed mid-write
+    assert journal.load() == [{"key": "a", "id": 0}]
+    assert journal.path.read_text().count("\n") == 1
+    with open(journal.path, "w") as f:
+        f.write('{"bad"\n{"key": "a"}\n')
+    with pytest.raises(ValueError, match="line 1 is corrupt"):
+        journal.load()

@@ -1,0 +1,116 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from search_spaces import ArchError, arch_key, build_space, space_config_class
+from search_spaces.mobilenet import MobileNetSpaceConfig, StageConfig
+
+
+def small_space(**overrides):
+    cfg = MobileNetSpaceConfig(stem_width=8, stem_stride=2, first_width=8,
+                               stages=[StageConfig(16, 1, [1, 2]), StageConfig(24, 2, [2, 3])], head_width=32,
+                               **overrides)
+    return build_space(cfg, input_shape=(1, 28, 28), num_outputs=10)
+
+
+def test_registry_lists_valid_names_on_unknown():
+    assert space_config_class("mobilenet") is MobileNetSpaceConfig
+    with pytest.raises(ArchError, match="valid: .*mobilenet"):
+        space_config_class("mobilenet_v9")
+
+
+def test_arch_is_plain_json_and_round_trips_through_genes():
+    space = small_space()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        arch = space.sample(rng)
+        assert json.loads(json.dumps(arch)) == arch
+        assert space.decode(space.encode(arch)) == arch
+        assert all(len(k) == d for k, d in zip(arch["kernel"], arch["depth"]))
+    assert space.largest() == {"depth": [2, 3], "kernel": [[7, 7], [7, 7, 7]], "expand": [[6, 6], [6, 6, 6]]}
+    assert space.smallest() == {"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[3], [3, 3]]}
+
+
+@pytest.mark.parametrize("arch, field", [
+    ({"depth": [1, 2], "kernel": [[3], [3, 3]]}, "missing"),
+    ({"depth": [4, 2], "kernel": [[3] * 4, [3, 3]], "expand": [[3] * 4, [3, 3]]}, r"arch.depth\[0\]"),
+    ({"depth": [1, 2], "kernel": [[4], [3, 3]], "expand": [[3], [3, 3]]}, "s0.b0.kernel"),
+    ({"depth": [1, 2], "kernel": [[3], [3]], "expand": [[3], [3, 3]]}, r"arch.kernel\[1\]"),
+    ({"depth": [1], "kernel": [[3]], "expand": [[3]]}, "2 stages"),
+])
+def test_invalid_archs_name_the_field(arch, field):
+    with pytest.raises(ArchError, match=field):
+        small_space().validate(arch)
+
+
+def test_mutation_changes_only_some_genes_and_is_seeded():
+    space = small_space()
+    arch = space.largest()
+    a = space.mutate(arch, np.random.default_rng(1), prob=0.3)
+    b = space.mutate(arch, np.random.default_rng(1), prob=0.3)
+    assert a == b and a != arch
+    assert space.mutate(arch, np.random.default_rng(1), prob=0.0) == arch
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_extracted_subnet_matches_supernet(seed):
+    torch.manual_seed(seed)
+    space = small_space()
+    supernet = space.build_supernet()
+    archs = [space.largest(), space.smallest(), space.sample(np.random.default_rng(seed))]
+    supernet.train()
+    for arch in archs:  # give every subnet's batch-norm slices their own non-trivial statistics
+        supernet.set_active(arch)
+        supernet(torch.randn(16, 1, 28, 28))
+    x = torch.randn(4, 1, 28, 28)
+    supernet.eval()
+    for arch in archs:
+        supernet.set_active(arch)
+        expected = supernet(x)
+        subnet = supernet.extract(arch).eval()
+        torch.testing.assert_close(subnet(x), expected, rtol=1e-5, atol=1e-5)
+        n_params = sum(p.numel() for p in subnet.parameters())
+        assert n_params < sum(p.numel() for p in supernet.parameters()) or arch == space.largest()
+
+
+def test_extracted_subnet_is_independent_of_the_supernet():
+    space = small_space()
+    supernet = space.build_supernet().eval()
+    arch = space.smallest()
+    subnet = supernet.extract(arch).eval()
+    x = torch.randn(2, 1, 28, 28)
+    before = subnet(x)
+    with torch.no_grad():
+        for p in supernet.parameters():
+            p.add_(1.0)
+    torch.testing.assert_close(subnet(x), before)
+
+
+def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch():
+    space = small_space()
+    supernet = space.build_supernet()
+    all_keys = {b.key for b in space.all_blocks()}
+    rng = np.random.default_rng(3)
+    for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(10)]:
+        blocks = space.blocks(arch)
+        assert {b.key for b in blocks} <= all_keys
+        assert len(blocks) == 2 + 1 + sum(arch["depth"])  # stem, first block, searched blocks, head
+        from hw_cost import extract_layers
+
+        whole = extract_layers(supernet.extract(arch), (1, 1, 28, 28))
+        by_block = [l for b in blocks for l in b.layers()]
+        assert sum(l.macs for l in whole) == sum(l.macs for l in by_block)
+        assert [l.op for l in whole] == [l.op for l in by_block]
+
+
+def test_space_config_errors_name_the_field():
+    with pytest.raises(ArchError, match="expand_ratios"):
+        small_space(expand_ratios=[1, 3])
+    with pytest.raises(ArchError, match="kernel_sizes"):
+        small_space(kernel_sizes=[2, 3])
+
+
+def test_arch_key_is_canonical():
+    assert arch_key({"b": 1, "a": [1, 2]}) == arch_key({"a": [1, 2], "b": 1})

@@ -1,0 +1,112 @@
+"""The smoke config end to end: search, report, resume after kills, export."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import CONFIGS, REPO
+from nas.cli import main
+from nas.pareto import pareto_mask
+from nas.report import read_csv
+from nas.rundir import RunDir
+
+SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "smoke"
+    assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
+    return RunDir(out)
+
+
+def test_run_directory_contents(smoke_run):
+    rows = read_csv(smoke_run.candidates)
+    assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
+                             "macs", "is_pareto"]
+    assert [int(r["id"]) for r in rows] == list(range(len(rows)))
+    assert len({r["arch"] for r in rows}) == len(rows) >= 16  # every evaluated arch once
+    mask = pareto_mask([float(r["top1"]) for r in rows], [float(r["latency_ms"]) for r in rows])
+    assert [r["is_pareto"] == "True" for r in rows] == mask.tolist()
+    assert all((r["test_top1"] != "") == (r["is_pareto"] == "True") for r in rows)
+    assert all(r["cost_model"] == "lut:fmnist_mobilenet_openvino_cpu.json" for r in rows)
+    archs = [json.loads(r["arch"]) for r in rows]
+    assert {"depth", "kernel", "expand"} == set(archs[0])
+    assert smoke_run.pareto_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = smoke_run.report_html.read_text()
+    assert "Pareto front" in page and "data:image/png;base64," in page and "largest" in page
+    baselines = read_csv(smoke_run.baselines)
+    assert [b["name"] for b in baselines] == ["largest"]
+    assert json.loads(baselines[0]["arch"]) == archs[0]  # the largest arch is evaluated first
+    assert "threads: 1" in smoke_run.config.read_text()
+
+
+def test_report_rebuilds(smoke_run, capsys):
+    smoke_run.report_html.unlink()
+    assert main(["report", str(smoke_run.path)]) == 0
+    assert smoke_run.report_html.exists()
+
+
+def test_resume_of_a_finished_run_changes_nothing(smoke_run):
+    before = smoke_run.candidates.read_text()
+    journal = smoke_run.journal.path.read_text()
+    assert main(["search", SMOKE, "--out", str(smoke_run.path), "--resume", "--no-progress"]) == 0
+    assert smoke_run.candidates.read_text() == before and smoke_run.journal.path.read_text() == journal
+
+
+def test_resume_with_another_config_is_refused(smoke_run, capsys):
+    assert main(["search", SMOKE, "--out", str(smoke_run.path), "--resume", "train.lr=0.5"]) == 2
+    assert "train.lr differs" in capsys.readouterr().err
+
+
+def test_new_run_into_an_existing_directory_is_refused(smoke_run, capsys):
+    assert main(["search", SMOKE, "--out", str(smoke_run.path)]) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_killed_runs_resume_to_the_same_result(smoke_run, tmp_path):
+    """Kill the smoke run at random moments (training and search), resume each time: same candidates.csv."""
+    out = tmp_path / "killed"
+    rng = np.random.default_rng()
+    kills = sorted(rng.uniform(6, 50, size=2))
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "-m", "nas.cli", "search", SMOKE, "--out", str(out), "--no-progress"]
+    started, attempts = time.monotonic(), 0
+    for kill_at in kills:
+        proc = subprocess.Popen(cmd + (["--resume"] if out.joinpath("config.yaml").exists() else []), cwd=REPO,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=max(0.5, kill_at - (time.monotonic() - started)))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        attempts += 1
+    final = subprocess.run(cmd + ["--resume"] if out.joinpath("config.yaml").exists() else cmd, cwd=REPO, env=env,
+                           capture_output=True, text=True)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert RunDir(out).candidates.read_text() == smoke_run.candidates.read_text(), f"kills at {kills}"
+    assert RunDir(out).baselines.read_text() == smoke_run.baselines.read_text()
+
+
+@pytest.mark.parametrize("fmt, suffix", [("torch", ".pt"), ("onnx", ".onnx"), ("openvino", ".xml")])
+def test_export_front_arch(smoke_run, fmt, suffix, tmp_path):
+    rows = read_csv(smoke_run.candidates)
+    arch_id = next(r["id"] for r in rows if r["is_pareto"] == "True")
+    target = tmp_path / f"model{suffix}"
+    assert main(["export", str(smoke_run.path), "--arch", arch_id, "--format", fmt, "-o", str(target)]) == 0
+    assert target.exists()
+    info = json.loads(target.with_suffix(".json").read_text())
+    assert info["id"] == int(arch_id) and info["format"] == fmt and info["max_abs_diff_vs_pytorch"] < 1e-3
+    assert info["input_shape"] == [1, 1, 28, 28] and info["preprocessing"]["mean"]
+    if fmt == "openvino":
+        assert target.with_suffix(".bin").exists()
+
+
+def test_export_unknown_arch_is_an_error(smoke_run, capsys):
+    assert main(["export", str(smoke_run.path), "--arch", "9999", "--format", "onnx"]) == 2
+    assert "no such id" in capsys.readouterr().err
