@@ -130,12 +130,12 @@ class DpuModel:
         if len(d) == 0:
             return np.zeros(0, np.float32)
         keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
-        position: dict[bytes, int] = {}
-        inverse = np.fromiter((position.setdefault(k, len(position)) for k in keys), np.int64, len(keys))
-        _, first = np.unique(inverse, return_index=True)
+        last = {k: i for i, k in enumerate(keys)}  # one representative row per distinct descriptor
+        first, inverse = np.unique(np.fromiter(map(last.__getitem__, keys), np.int64, len(keys)),
+                                   return_inverse=True)
         if self._cache.size <= 0:
             return self.network.forward(d[first], threads=self.blas_threads)[inverse]
-        unique_keys = list(position)
+        unique_keys = [keys[i] for i in first.tolist()]
         cached = [self._cache.get(k) for k in unique_keys]
         missing = [i for i, v in enumerate(cached) if v is None]
         values = np.array([0.0 if v is None else v for v in cached], dtype=np.float32)
@@ -167,30 +167,34 @@ class DpuModel:
         if len(ok) == 0:
             return result
         sv = s if len(ok) == len(s) else np.asfortranarray(s[ok])
-        bad = first_unencodable(sv, self.version)
-        if bad is not None:
-            raise UnencodableWorkload(int(ok[bad[0]]), bad[1])
+        try:
+            result[ok] = self._cost_valid(sv)
+        except VpunnError:
+            bad = first_unencodable(sv, self.version)
+            if bad is None:
+                raise
+            raise UnencodableWorkload(int(ok[bad[0]]), bad[1]) from None
+        return result
+
+    def _cost_valid(self, sv: np.ndarray) -> np.ndarray:
+        """Cycles of sanitized, valid workloads (§3.0 steps 2-5)."""
         op = sv[:, F.operation].astype(np.int64)
         dual = (sv[:, F.in_sparsity_enabled] != 0) & (sv[:, F.weight_sparsity_enabled] != 0)
         extra = ((op == _OP.DW_CONVOLUTION) | (op == _OP.MAXPOOL) | (op == _OP.AVEPOOL)) \
             & (sv[:, F.in_c] > 64) & ~dual
         plain = ~dual & ~extra
-        if plain.all():  # the common case: one NN query per workload
-            c_plain = self._query_cycles(sv)
-            out = c_plain.copy()
-            if (c_plain == ERROR_INVALID_OUTPUT_RANGE).any():
-                failed = c_plain == ERROR_INVALID_OUTPUT_RANGE
-                out[failed] = theoretical_cycles(sv[failed])
-            result[ok] = out
-            return result
-        clone_a, clone_b = sv[dual].copy(), sv[dual].copy()
-        clone_a[:, [F.act_sparsity, F.in_sparsity_enabled]] = 0
-        clone_b[:, [F.weight_sparsity, F.weight_sparsity_enabled]] = 0
-        ref32, ref64 = sv[extra].copy(), sv[extra].copy()
-        ref32[:, [F.in_c, F.out_c]] = 32
-        ref64[:, [F.in_c, F.out_c]] = 64
-        parts = [sv[plain], clone_a, clone_b, ref32, ref64]
-        cyc = np.split(self._query_cycles(np.concatenate(parts)), np.cumsum([len(p) for p in parts])[:-1])
+        if plain.all():  # the common case: one query per workload, no copies
+            queries, sizes = sv, [len(sv), 0, 0, 0, 0]
+        else:
+            clone_a, clone_b = sv[dual].copy(), sv[dual].copy()
+            clone_a[:, [F.act_sparsity, F.in_sparsity_enabled]] = 0
+            clone_b[:, [F.weight_sparsity, F.weight_sparsity_enabled]] = 0
+            ref32, ref64 = sv[extra].copy(), sv[extra].copy()
+            ref32[:, [F.in_c, F.out_c]] = 32
+            ref64[:, [F.in_c, F.out_c]] = 64
+            parts = [sv[plain], clone_a, clone_b, ref32, ref64]
+            queries, sizes = np.concatenate(parts), [len(p) for p in parts]
+        cyc = np.split(self._query_cycles(queries), np.cumsum(sizes)[:-1])
         c_plain, c_a, c_b, c32, c64 = cyc
         bad = lambda c: c == ERROR_INVALID_OUTPUT_RANGE  # noqa: E731  (the only NN error code)
         theo = np.zeros(len(sv), dtype=np.int64)  # the fallback, computed only where an NN value is unusable
@@ -210,8 +214,7 @@ class DpuModel:
             neg = np.nonzero(extra)[0][extrapolated < 0]
             extrapolated[extrapolated < 0] = theoretical_cycles(sv[neg])
         out[extra] = extrapolated
-        result[ok] = out
-        return result
+        return out
 
     @staticmethod
     def _extrapolate(c_out, c32, c64, theo) -> np.ndarray:
