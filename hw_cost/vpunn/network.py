@@ -315,7 +315,7 @@ class VpunnCostModel(CostModel):
 
     def _cost_specs(self, todo: dict[tuple, LayerSpec]) -> None:
         plans = {key: self._lower(spec) for key, spec in todo.items()}
-        needed = {lay for plan in plans.values() for alt in plan.alternatives for lay, _ in alt}
+        needed = dict.fromkeys(lay for plan in plans.values() for alt in plan.alternatives for lay, _ in alt)
         self._cost_dpu_layers([lay for lay in needed if lay not in self._dpu_cache])
         for key, plan in plans.items():
             if not plan.alternatives:
