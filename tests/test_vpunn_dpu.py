@@ -180,6 +180,9 @@ def test_error_codes_for_invalid_workloads():
     }
     got = model.cost(list(cases.values()))
     assert [error_name(c) for c in got] == list(cases)
+    unknown_op = workloads_to_matrix([_conv()])
+    unknown_op[0, F.operation] = 9
+    assert error_name(model.cost(unknown_op)[0]) == "ERROR_INVALID_INPUT_OPERATION"
     assert all(c == ERROR_CODES[n] for c, n in zip(got, cases))
     assert is_error(got).all()
     assert model.cost([_conv()])[0] == 100

@@ -124,3 +124,24 @@ def test_layer_level_errors(dpu_models):
     assert ok.valid and ok.cycles == min(r.cycles for r in ok.by_strategy)
     warm = lm.layer(conv, VPUTilingStrategy.AUTO_MIN, 1, 2)
     assert warm == ok
+
+
+class _RejectingDpu:
+    """A DPU model that finds every workload invalid: no split of any tile survives."""
+
+    def cost(self, workloads):
+        return np.full(len(workloads), ERROR_CODES["ERROR_INVALID_INPUT_CONFIGURATION"], dtype=np.int64)
+
+
+def test_tile_without_valid_split_and_dma_errors(dpu_models):
+    conv = dpu_layer(VPUDevice.VPU_2_7, Operation.CONVOLUTION, (28, 28, 64), (28, 28, 64), kernel=(3, 3),
+                     padding=(1, 1, 1, 1))
+    res = LayerModel(_RejectingDpu()).layer(conv, VPUTilingStrategy.SOH_Overlapped, 1, 2)
+    assert res.error == "ERROR_TILE_OUTPUT"
+    from hw_cost.vpunn.reader import FCLayer, VpunnNetwork
+
+    broken = VpunnNetwork("const", 1, 1, (FCLayer("fc", np.zeros((1, 12), np.float32), np.array([5.0], np.float32),
+                                                  "NOOP"),), "const")
+    lm = LayerModel(dpu_models["VPU_2_7"], DmaModel(broken))
+    assert lm.layer(conv, VPUTilingStrategy.NONE, 1, 2).valid  # prefetching: no DMA term
+    assert lm.layer(conv, VPUTilingStrategy.NONE, 1, 2, prefetching=False).error == "ERROR_INVALID_OUTPUT_RANGE"

@@ -27,7 +27,8 @@ def _vector(b, values, kind: str):
     return b.EndVector()
 
 
-def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN", chain: bool = True) -> bytes:
+def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN", chain: bool = True,
+                weight_type: int = 0) -> bytes:
     """A .vpunn file: layers are (weight (out, in), bias or None, activation code)."""
     b = flatbuffers.Builder(1024)
     tensors, buffers = [], [b""]  # (name, shape, buffer index); buffer 0 is the empty sentinel
@@ -60,7 +61,7 @@ def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN",
         b.StartObject(4)
         b.PrependUOffsetTRelativeSlot(0, s, 0)
         b.PrependUOffsetTRelativeSlot(1, sh, 0)
-        b.PrependInt8Slot(2, 0, 0)
+        b.PrependInt8Slot(2, weight_type if bidx else 0, 0)
         b.PrependUint32Slot(3, bidx, 0)
         ten_offs.append(b.EndObject())
     op_offs = []
@@ -187,6 +188,8 @@ def test_unimplemented_layer_type_and_non_chain():
         parse_vpunn(build_vpunn("VPUNN-11-02", _mlp(rng, [93, 1]), tag=2))
     with pytest.raises(VpunnError, match="only sequential networks"):
         parse_vpunn(build_vpunn("VPUNN-11-02", _mlp(rng, [93, 5, 1]), chain=False))
+    with pytest.raises(VpunnError, match="has type FLOAT16; only FLOAT32 weights"):
+        parse_vpunn(build_vpunn("VPUNN-11-02", _mlp(rng, [93, 1]), weight_type=1))
 
 
 def test_unimplemented_interface_versions_are_named():
