@@ -104,6 +104,7 @@ def _lut_collect(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_config
     from .lut_validation import validate_table
     from .rundir import atomic_write_text
+    from .search import build_task_and_space
 
     config = load_config(args.config, args.overrides)
     if args.output:
@@ -112,11 +113,11 @@ def _lut_collect(args: argparse.Namespace) -> int:
         out = Path(config.cost.model[4:])
     else:
         raise ConfigError("lut collect: give -o/--output (the config's cost.model is not a lut:)")
-    space, input_shape = _space_of(config)
+    task, space = build_task_and_space(config)
     settings = MeasureSettings(args.device, args.precision, args.threads, args.warmup, args.repeats)
     table = LatencyTable.load(out) if out.exists() else None
     save = lambda t: atomic_write_text(out, t.to_json())
-    table = collect_latency_table(space.all_blocks(), (1, *input_shape), settings, table, on_entry=save,
+    table = collect_latency_table(space.all_blocks(), (1, *task.input_shape), settings, table, on_entry=save,
                                   progress=not args.no_progress)
     if args.validate:
         table.metadata["validation"] = validate_table(space, table, settings, args.validate, seed=config.seed)
@@ -128,12 +129,3 @@ def _lut_collect(args: argparse.Namespace) -> int:
         print(f"whole-network check on {v['archs']} archs: Kendall tau {v['kendall_tau']:.3f}, "
               f"mean |error| {v['mean_abs_pct_error']:.1f}%")
     return 0
-
-
-def _space_of(config):
-    """The config's search space, with its input shape and output count taken from the task's data."""
-    from search_spaces import build_space
-    from tasks import build_task
-
-    task = build_task(config.task, seed=config.seed)
-    return build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs), task.input_shape

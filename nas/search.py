@@ -26,7 +26,7 @@ from .rundir import RunDir, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SearchContext", "run_search", "prepare_run", "build_context"]
+__all__ = ["SearchContext", "run_search", "prepare_run", "build_context", "build_task_and_space"]
 
 
 @dataclass
@@ -101,10 +101,15 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
     return config, run_dir
 
 
+def build_task_and_space(config: RunConfig):
+    """The config's task, and its search space shaped by the task's data (input shape, outputs)."""
+    task = build_task(config.task, seed=config.seed)
+    return task, build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs)
+
+
 def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
     torch.set_num_threads(config.threads)
-    task = build_task(config.task, seed=config.seed)
-    space = build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs)
+    task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
     return SearchContext(config, run_dir, task, space, cost_model, progress)
 

@@ -219,6 +219,8 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], cha
     """
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     model.eval()
+    if not norms:  # e.g. EDSR-style networks: nothing to recalibrate
+        return model
     for bn in norms:
         bn.reset_running_stats()
         bn.momentum = None  # cumulative average over the calibration batches

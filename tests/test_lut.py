@@ -76,11 +76,11 @@ def test_unknown_cost_model_kind():
 
 
 def test_shipped_table_covers_the_default_space():
-    from nas.commands import _space_of
+    from nas.search import build_task_and_space
 
     config = load_config(CONFIGS / "fmnist_mobilenet.yaml")
     table = LatencyTable.load(config.cost.model[4:])
-    space, input_shape = _space_of(config)
+    _, space = build_task_and_space(config)
     assert {b.key for b in space.all_blocks()} == set(table.entries)
     meta = table.metadata
     for key in ("device", "device_name", "runtime", "runtime_version", "precision", "threads", "date", "repeats",
