@@ -114,7 +114,7 @@ def _sparsity_6dp(values: np.ndarray) -> np.ndarray:
 
 
 def encode(m: np.ndarray, version: int) -> np.ndarray:
-    """Descriptors (float32, one row per workload) of *sanitized* workloads for input interface `version`."""
+    """Descriptors (float32, one row per workload, column-major) of *sanitized* workloads for `version`."""
     if version == 10:
         return _encode_10(m)
     if version == 11:
@@ -141,7 +141,7 @@ def _encode_10(m: np.ndarray) -> np.ndarray:
     _one_hot(d, 54, m[:, F.in_swizzling1], "swizzling", 10)
     _one_hot(d, 60, m[:, F.out_swizzling0], "swizzling", 10)
     d[:, 66] = m[:, F.output_write_tiles]
-    return np.ascontiguousarray(d)
+    return d
 
 
 def _tensor_block(d, start, dims, dtype, layout, sparsity) -> None:
@@ -195,4 +195,4 @@ def _encode_11(m: np.ndarray) -> np.ndarray:
     owt[sok_elt] = 1
     d[:, 89] = np.minimum(owt, 2)
     _one_hot(d, 90, isi, "isi11", 11)
-    return np.ascontiguousarray(d)
+    return d

@@ -74,12 +74,20 @@ def nn_to_cycles(values: np.ndarray) -> np.ndarray:
     return np.where(ok, np.ceil(np.where(ok, values, 0)).astype(np.int64), ERROR_INVALID_OUTPUT_RANGE)
 
 
-def _unique_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(indices of the first occurrence of each distinct row, inverse mapping)."""
-    x = np.ascontiguousarray(x)
-    keys = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
-    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
+_FINGERPRINT = np.random.default_rng(20260311).random((128, 2)).astype(np.float32)
+
+
+def _distinct_rows(d: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first row of each distinct row, inverse) from a random projection of the rows, or None if unsure.
+
+    Distinct fingerprints prove rows distinct; equal fingerprints are confirmed by comparing the rows, and a
+    mismatch (a collision) returns None so the caller falls back to exact keys.
+    """
+    fp = np.ascontiguousarray(d @ _FINGERPRINT[:d.shape[1]]).view(np.int64).ravel()
+    _, first, inverse = np.unique(fp, return_index=True, return_inverse=True)
+    if len(first) < len(d) and not (d == d[first[inverse]]).all():
+        return None
+    return first, inverse
 
 
 class DpuModel:
@@ -126,24 +134,30 @@ class DpuModel:
 
     def nn_values(self, descriptors: np.ndarray) -> np.ndarray:
         """Raw NN outputs for descriptor rows, through the cache, one forward pass over the distinct rows."""
-        d = np.ascontiguousarray(descriptors, dtype=np.float32)
+        d = np.ascontiguousarray(descriptors, dtype=np.float32)  # row-major: the GEMMs run fastest on it
         if len(d) == 0:
             return np.zeros(0, np.float32)
-        keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
-        last = {k: i for i, k in enumerate(keys)}  # one representative row per distinct descriptor
-        first, inverse = np.unique(np.fromiter(map(last.__getitem__, keys), np.int64, len(keys)),
-                                   return_inverse=True)
+        distinct = _distinct_rows(d)
+        if distinct is None:  # a fingerprint collision: exact keys
+            keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
+            last = {k: i for i, k in enumerate(keys)}
+            distinct = np.unique(np.fromiter(map(last.__getitem__, keys), np.int64, len(keys)), return_inverse=True)
+        first, inverse = distinct
+        if len(first) == len(d):  # all distinct: keep the given order, no gather
+            rows, inverse = d, slice(None)
+        else:
+            rows = d[first]
         if self._cache.size <= 0:
-            return self.network.forward(d[first], threads=self.blas_threads)[inverse]
-        unique_keys = [keys[i] for i in first.tolist()]
-        cached = [self._cache.get(k) for k in unique_keys]
+            return self.network.forward(rows, threads=self.blas_threads)[inverse]
+        keys = rows.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
+        cached = [self._cache.get(k) for k in keys]
         missing = [i for i, v in enumerate(cached) if v is None]
         values = np.array([0.0 if v is None else v for v in cached], dtype=np.float32)
         if missing:
-            out = self.network.forward(d[first[missing]], threads=self.blas_threads)
+            out = self.network.forward(rows[missing], threads=self.blas_threads)
             values[missing] = out
             for i, v in zip(missing, out.tolist()):
-                self._cache.put(unique_keys[i], v)
+                self._cache.put(keys[i], v)
         return values[inverse]
 
     def _query_cycles(self, queries: np.ndarray) -> np.ndarray:
