@@ -6,7 +6,6 @@ extrapolation rows into their NN queries, encode every query, run the NN once on
 """
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from pathlib import Path
 from typing import Iterable
@@ -24,8 +23,6 @@ from .workload import F, DPUWorkload, workloads_to_matrix
 __all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_to_cycles"]
 
 _OP = int_codes(Operation)
-
-log = logging.getLogger(__name__)
 
 #: output interface version of the DPU files: the NN value is the cycle count
 CYCLES_OUTPUT_VERSION = 2
@@ -97,8 +94,8 @@ class DpuModel:
         model: path of the file, or an already parsed `VpunnNetwork`.
         cache_size: entries of the result cache (keyed by descriptor bytes, as the runtime's LRU); 0 disables.
         blas_threads: BLAS threads for the NN pass (None: the library's default). One is the default: on the
-            shared 2-core machine one thread gave 105-145k workloads/s, two threads 13-99k/s whenever another
-            process was busy (about 190k/s only when idle).
+            shared 2-core machine one thread ran the NN at 100-145k rows/s, two threads fell to 13-99k rows/s
+            whenever another process was busy (about 190k rows/s when the machine was idle).
     """
 
     def __init__(self, model, cache_size: int = 1 << 18, blas_threads: int | None = 1):
