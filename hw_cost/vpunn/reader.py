@@ -7,6 +7,7 @@ See vpunn-reference.md §1-2.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import struct
 from dataclasses import dataclass
@@ -200,19 +201,20 @@ class VpunnNetwork:
         return out
 
 
-_CONTROLLER = None
+@functools.lru_cache(maxsize=1)
+def _blas_controller():
+    """threadpoolctl's controller of the loaded BLAS libraries (None without threadpoolctl)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # optional: without it BLAS keeps its own thread count
+        return None
+    return ThreadpoolController()
 
 
 def _blas_threads(n: int):
     """A context limiting numpy's BLAS to n threads (no-op without threadpoolctl)."""
-    global _CONTROLLER
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # optional: without it BLAS keeps its own thread count
-        return contextlib.nullcontext()
-    if _CONTROLLER is None:
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=n, user_api="blas")
+    controller = _blas_controller()
+    return contextlib.nullcontext() if controller is None else controller.limit(limits=n, user_api="blas")
 
 
 def read_vpunn(path) -> VpunnNetwork:
