@@ -120,11 +120,12 @@ def bench_network(model_dir, repeat: int) -> None:
             model.network_cost(layers)
 
         cold_ms = best_time(cold, repeat) * 1e3
+        cold_cpu_ms = best_time(cold, repeat, time.process_time) * 1e3
         model.network_cost(layers)
         warm_ms = best_time(lambda: model.network_cost(layers), repeat) * 1e3
         result = model.network_cost(layers)
-        line = (f"{spec:<13} cold {cold_ms:7.1f} ms   warm {warm_ms:6.2f} ms   -> {result.ms:.3f} ms on the device, "
-                f"{result.fps:,.0f} fps")
+        line = (f"{spec:<13} cold {cold_ms:7.1f} ms ({cold_cpu_ms:.1f} ms CPU)   warm {warm_ms:6.2f} ms   -> "
+                f"{result.ms:.3f} ms on the device, {result.fps:,.0f} fps")
         if spec.startswith("VPU_2_7"):
             cpp_cold, cpp_warm = CPP_LAYER_COLD_MS * dpu_layers, CPP_LAYER_WARM_MS * dpu_layers
             line += (f"\n{'':<13} C++ layer model: about {cpp_cold:.0f} ms cold, {cpp_warm:.0f} ms warm "
