@@ -1,6 +1,7 @@
 """`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk.
 
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
+    vpunas cost RUN_DIR --arch ID --cost vpunn:VPU_2_7|lut:FILE
     vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
@@ -50,6 +51,19 @@ def build_named_model(name: str):
                          + (f" (similar: {', '.join(similar)})" if similar else ""))
 
 
+def _run_arch(run_dir: str, arch_id: str):
+    """(model, input shape, cost blocks) of arch `arch_id` of a run (random weights: latency only)."""
+    from nas.config import load_config
+    from nas.export import run_arch
+    from nas.rundir import RunDir
+    from nas.search import build_task_and_space
+
+    run = RunDir(run_dir)
+    arch = run_arch(run, arch_id)["arch"]
+    task, space = build_task_and_space(load_config(run.config))
+    return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch)
+
+
 def _cost(args) -> int:
     options = {}
     if args.cost.startswith("vpunn:"):  # other kinds carry their own precision and files
@@ -57,16 +71,22 @@ def _cost(args) -> int:
         if args.model_dir:
             options["model_dir"] = args.model_dir
     cost_model = load_cost_model(args.cost, **options)
-    shape = parse_input_shape(args.input)
-    model = build_named_model(args.model)
+    if args.arch is not None:
+        model, shape, blocks = _run_arch(args.model, args.arch)
+        name = f"{args.model} arch {args.arch}"
+        if args.input:
+            raise CostModelError("--input: a run's arch is costed at the run's own input shape")
+    else:
+        shape = parse_input_shape(args.input or "1x3x224x224")
+        model, blocks, name = build_named_model(args.model), None, args.model
     network_cost = getattr(cost_model, "network_cost", None)
     if network_cost is None:  # a cost model without per-layer costs (e.g. a latency table)
-        ms = cost_model.model_latency_ms(model, shape)
-        print(f"{args.model} on {cost_model.name}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
+        ms = cost_model.latency_ms(blocks) if blocks is not None else cost_model.model_latency_ms(model, shape)
+        print(f"{name} on {cost_model.name}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
         return 0
     result = network_cost(model, shape)
     print(result.table())
-    print(f"{args.model} on {cost_model.name} ({args.dtype}, input {'x'.join(map(str, shape))}): "
+    print(f"{name} on {cost_model.name} ({args.dtype}, input {'x'.join(map(str, shape))}): "
           f"{result.ms:.4f} ms, {result.fps:.1f} fps")
     return 0
 
@@ -75,10 +95,12 @@ def add_cost_parser(sub) -> None:
     p = sub.add_parser("cost", help="latency of a network on a cost model, with a per-layer table",
                        description="Latency of a torchvision or timm model on a cost model (per-layer table for "
                                    "VPUNN, then total ms and fps).")
-    p.add_argument("model", metavar="MODEL", help="torchvision or timm model name, e.g. mobilenet_v2")
+    p.add_argument("model", metavar="MODEL_OR_RUN",
+                   help="torchvision or timm model name (e.g. mobilenet_v2), or a run directory with --arch")
+    p.add_argument("--arch", metavar="ID", help="cost arch ID of the run directory MODEL_OR_RUN (candidates.csv)")
     p.add_argument("--cost", default="vpunn:VPU_2_7",
                    help="cost model spec: vpunn:VPU_2_7 (default), vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE")
-    p.add_argument("--input", default="1x3x224x224", help="input shape NxCxHxW (default 1x3x224x224)")
+    p.add_argument("--input", help="input shape NxCxHxW of a named model (default 1x3x224x224)")
     p.add_argument("--dtype", choices=("uint8", "fp16"), default="uint8", help="inference precision")
     p.add_argument("--model-dir", help="folder of the .vpunn files")
     p.set_defaults(handler=_cost)

@@ -110,3 +110,17 @@ def test_export_front_arch(smoke_run, fmt, suffix, tmp_path):
 def test_export_unknown_arch_is_an_error(smoke_run, capsys):
     assert main(["export", str(smoke_run.path), "--arch", "9999", "--format", "onnx"]) == 2
     assert "no such id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cost", ["vpunn:VPU_2_7", "lut"])
+def test_cost_of_a_run_arch(smoke_run, cost, capsys):
+    rows = read_csv(smoke_run.candidates)
+    spec = f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}" if cost == "lut" else cost
+    assert main(["cost", str(smoke_run.path), "--arch", "0", "--cost", spec]) == 0
+    out = capsys.readouterr().out
+    ms = float(out.strip().splitlines()[-1].split(": ")[-1].split(" ms")[0])
+    assert ms > 0
+    if cost == "lut":  # the same table the run used: the same latency
+        assert ms == pytest.approx(float(rows[0]["latency_ms"]), rel=1e-4)
+    else:
+        assert "conv" in out and "fps" in out

@@ -6,7 +6,6 @@ See vpunn-reference.md §1-2.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 import struct
@@ -203,18 +202,15 @@ class VpunnNetwork:
 
 @functools.lru_cache(maxsize=1)
 def _blas_controller():
-    """threadpoolctl's controller of the loaded BLAS libraries (None without threadpoolctl)."""
-    try:
-        from threadpoolctl import ThreadpoolController
-    except ImportError:  # optional: without it BLAS keeps its own thread count
-        return None
+    """threadpoolctl's controller of the loaded BLAS libraries (built once: inspecting them is slow)."""
+    from threadpoolctl import ThreadpoolController
+
     return ThreadpoolController()
 
 
 def _blas_threads(n: int):
-    """A context limiting numpy's BLAS to n threads (no-op without threadpoolctl)."""
-    controller = _blas_controller()
-    return contextlib.nullcontext() if controller is None else controller.limit(limits=n, user_api="blas")
+    """A context limiting numpy's BLAS to n threads."""
+    return _blas_controller().limit(limits=n, user_api="blas")
 
 
 def read_vpunn(path) -> VpunnNetwork:
