@@ -15,14 +15,18 @@ from .rundir import RunDir, atomic_write_bytes, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["candidate_rows", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS"]
+__all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS"]
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
                      "macs", "is_pareto")
 
 
 def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float]) -> list[dict]:
-    """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency)."""
+    """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency).
+
+    Fields a strategy adds to its records beyond the standard ones (e.g. `expected_latency_ms`) are kept, as
+    extra columns after the standard ones (see `candidate_columns`).
+    """
     records = sorted(records, key=lambda r: r["id"])
     mask = pareto_mask([r[metric] for r in records], [r["latency_ms"] for r in records])
     rows = []
@@ -32,8 +36,20 @@ def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str,
                      "arch": json.dumps(record["arch"], sort_keys=True, separators=(",", ":")),
                      metric: record[metric], f"test_{metric}": "" if test is None else test,
                      "latency_ms": record["latency_ms"], "cost_model": record["cost_model"],
-                     "params": record["params"], "macs": record["macs"], "is_pareto": bool(on_front)})
+                     "params": record["params"], "macs": record["macs"], "is_pareto": bool(on_front),
+                     **{k: v for k, v in record.items() if k not in _RECORD_FIELDS and k != metric}})
     return rows
+
+
+_RECORD_FIELDS = {"key", "id", "generation", "arch", "latency_ms", "cost_model", "params", "macs"}
+
+
+def candidate_columns(rows: Sequence[dict], metric: str) -> list[str]:
+    """The standard columns, then any extra fields of the rows in first-seen order."""
+    columns = [c.format(metric=metric) for c in CANDIDATE_COLUMNS]
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    return columns
 
 
 def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:

@@ -21,7 +21,7 @@ from tasks import build_task
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
 from .evaluation import CachedEvaluator
 from .pareto import pareto_mask
-from .report import CANDIDATE_COLUMNS, build_report, candidate_rows, write_csv
+from .report import build_report, candidate_columns, candidate_rows, write_csv
 from .rundir import RunDir, atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -124,8 +124,7 @@ def _attach_log(run_dir: RunDir) -> logging.Handler:
 def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[str, float]) -> list[dict]:
     metric = ctx.task.metric
     rows = candidate_rows(records, metric, test_metrics)
-    columns = [c.format(metric=metric) for c in CANDIDATE_COLUMNS]
-    write_csv(ctx.run_dir.candidates, rows, columns)
+    write_csv(ctx.run_dir.candidates, rows, candidate_columns(rows, metric))
     return rows
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .differentiable import DifferentiableConfig, run_differentiable
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
 from .supernet_training import SupernetTrainer
@@ -62,4 +63,5 @@ def run_evolution(ctx) -> SearchOutcome:
     return SearchOutcome(evaluate, evaluator)
 
 
-STRATEGIES = {"evolution": (EvolutionConfig, run_evolution)}
+STRATEGIES = {"evolution": (EvolutionConfig, run_evolution),
+              "differentiable": (DifferentiableConfig, run_differentiable)}

@@ -1,0 +1,88 @@
+"""The MobileNet-style space (`search_spaces.mobilenet`) under gates: single-path superkernels and depth mixing.
+
+Per inverted-residual block (Single-Path NAS: Stamoulis et al., 2019, https://arxiv.org/abs/1904.02877;
+FBNetV2: Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565):
+
+* kernel: ONE depthwise conv with the largest kernel, whose weight is multiplied by the gate-weighted sum of
+  centred k x k masks (a centre-cropped kernel padded back to full size computes the same as the crop);
+* expansion: the expanded channels are multiplied by the gate-weighted sum of prefix masks (channel c is kept
+  by every ratio whose expanded width exceeds c), after the expand and after the depthwise activation.
+
+Per stage the output is the gate-weighted sum of the outputs after each searched depth (FBNetV2), so a step
+costs one forward of the largest arch and every gate gets a gradient from the task loss.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from search_spaces.mobilenet import MobileNetSpace
+
+from .relaxation import CostTerm, RelaxedSupernet, register_relaxed
+
+__all__ = ["RelaxedMobileNet"]
+
+
+@register_relaxed("mobilenet")
+class RelaxedMobileNet(RelaxedSupernet):
+    """`MobileNetSupernet` under gates (see the module docstring)."""
+
+    def __init__(self, space: MobileNetSpace, supernet):
+        super().__init__(space, supernet)
+        by_label = {c.label: c for c in space.choices}
+        self.depths = [by_label[f"s{s}.depth"].values for s in range(len(supernet.stages))]
+        for s, blocks in enumerate(supernet.stages):
+            for b, block in enumerate(blocks):
+                max_mid, kmax = block.dw_conv.out_channels, block.dw_conv.max_kernel
+                channels = torch.arange(max_mid)
+                self.register_buffer(f"cmask_{s}_{b}", torch.stack(
+                    [(channels < block.mid_channels(e)).float() for e in space.expands]), persistent=False)
+                kernel = torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4) for k in space.kernels])
+                self.register_buffer(f"kmask_{s}_{b}", kernel, persistent=False)
+
+    def _block(self, s: int, b: int, x: torch.Tensor, kernel_gate: torch.Tensor, expand_gate: torch.Tensor):
+        block = self.supernet.stages[s][b]
+        cmask = (expand_gate @ getattr(self, f"cmask_{s}_{b}")).view(1, -1, 1, 1)
+        kmask = torch.einsum("k,kij->ij", kernel_gate, getattr(self, f"kmask_{s}_{b}"))
+        h = block.act(block.expand_bn(block.expand_conv(x))) * cmask
+        dw = block.dw_conv
+        h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
+        h = block.act(block.dw_bn(h)) * cmask
+        h = block.project_bn(block.project_conv(h))
+        return x + h if block.use_shortcut else h
+
+    def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
+        net = self.supernet
+        x = net.first(net.stem(x))
+        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
+            depth_gate, mixed = gates[f"s{s}.depth"], 0
+            for b in range(len(blocks)):
+                x = self._block(s, b, x, gates[f"s{s}.b{b}.kernel"], gates[f"s{s}.b{b}.expand"])
+                if b + 1 in depths:
+                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
+            x = mixed
+        return net.head(x)
+
+    def cost_terms(self) -> list[CostTerm]:
+        space = self.space
+        full = {"depth": [max(st.depths) for st in space.config.stages]}
+        template = {**full, "kernel": [[space.kernels[0]] * d for d in full["depth"]],
+                    "expand": [[space.expands[0]] * d for d in full["depth"]]}
+        blocks = space.blocks(template)
+        searched_start = 1 + (1 if space.config.first_width else 0)
+        terms = [CostTerm((), lambda v: blocks[:searched_start] + blocks[-1:])]
+        position = searched_start
+        for s, depth in enumerate(full["depth"]):
+            for b in range(depth):
+                def block_at(values, s=s, b=b, position=position):
+                    if values[f"s{s}.depth"] <= b:
+                        return []
+                    arch = {"depth": full["depth"], "kernel": [list(k) for k in template["kernel"]],
+                            "expand": [list(e) for e in template["expand"]]}
+                    arch["kernel"][s][b] = values[f"s{s}.b{b}.kernel"]
+                    arch["expand"][s][b] = values[f"s{s}.b{b}.expand"]
+                    return [space.blocks(arch)[position]]
+
+                terms.append(CostTerm((f"s{s}.depth", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"), block_at))
+                position += 1
+        return terms

@@ -1,0 +1,212 @@
+"""The differentiable strategy: relaxed supernets, expected latency and its gradient, the latency loss steering the
+derived arch, resume, and a whole run through the CLI."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CONFIGS
+from hw_cost import load_cost_model
+from nas.cli import main
+from nas.config import ConfigError, load_config
+from nas.differentiable import (RELAXATIONS, ArchParameters, DifferentiableSearch, ExpectedLatency, build_relaxed,
+                                latency_loss)
+from nas.report import read_csv
+from nas.rundir import RunDir
+from nas.search import build_task_and_space
+from search_spaces import build_space
+
+SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
+LUT = f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}"
+COST_SOURCES = [LUT, "vpunn:VPU_2_7"]
+#: a tiny, fast version of the smoke run for the strategy's own tests
+TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200"]
+
+
+def dnas_config(*overrides, search: str = "{}", **search_keys):
+    """The smoke config with the differentiable strategy; `search_keys` go into the search section."""
+    section = {"strategy": "differentiable", "warmup_epochs": 0, "finetune_epochs": 0, **search_keys}
+    return load_config(SMOKE, [f"search={json.dumps(section)}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def space():
+    return build_space(load_config(SMOKE).space, input_shape=(1, 28, 28), num_outputs=10)
+
+
+@pytest.fixture(scope="module")
+def cost_models():
+    return {spec: load_cost_model(spec) for spec in COST_SOURCES}
+
+
+@pytest.fixture(scope="module")
+def latencies(space, cost_models):
+    relaxed = build_relaxed(space)
+    return {spec: ExpectedLatency(space, relaxed.cost_terms(), model) for spec, model in cost_models.items()}
+
+
+def kind(label: str) -> str:
+    return label.rsplit(".", 1)[-1]
+
+
+@pytest.mark.parametrize("spec", COST_SOURCES)
+def test_expected_latency_of_one_arch_is_its_cost_model_latency(space, cost_models, latencies, spec):
+    arch_params = ArchParameters(space.choices)
+    rng = np.random.default_rng(0)
+    for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(6)]:
+        expected = float(latencies[spec](arch_params.one_hot(space.assignment_from_arch(arch))))
+        assert expected == pytest.approx(cost_models[spec].latency_ms(space.blocks(arch)), rel=1e-9)
+    uniform = float(latencies[spec](arch_params.probs()).detach())
+    sampled = np.mean([cost_models[spec].latency_ms(space.blocks(space.sample(rng))) for _ in range(1000)])
+    assert uniform == pytest.approx(sampled, rel=0.02)  # the exact expectation of uniformly sampled archs
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_one_hot_gates_run_exactly_the_supernet_arch(space, mode):
+    torch.manual_seed(0)
+    relaxed = build_relaxed(space)
+    getattr(relaxed.supernet, mode)()
+    arch_params = ArchParameters(space.choices)
+    x = torch.randn(4, 1, 28, 28)
+    rng = np.random.default_rng(1)
+    for arch in [space.largest(), space.smallest(), space.sample(rng), space.sample(rng)]:
+        torch.manual_seed(1)  # the same dropout mask in train mode
+        out = relaxed(x, arch_params.one_hot(space.assignment_from_arch(arch)))
+        relaxed.supernet.set_active(arch)
+        torch.manual_seed(1)
+        torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("relaxation", RELAXATIONS)
+@pytest.mark.parametrize("spec", COST_SOURCES)
+def test_every_arch_parameter_gets_a_latency_gradient(space, latencies, relaxation, spec):
+    torch.manual_seed(0)
+    relaxed = build_relaxed(space)
+    arch_params = ArchParameters(space.choices)
+    with torch.no_grad():  # away from the uniform start, where every gradient is symmetric
+        for logit in arch_params.logits:
+            logit.normal_(0, 0.5)
+    gates = arch_params.gates(relaxation, tau=1.0, generator=torch.Generator().manual_seed(0))
+    task_loss = torch.nn.functional.cross_entropy(relaxed(torch.randn(8, 1, 28, 28), gates), torch.arange(8))
+    expected = latencies[spec](arch_params.probs())
+    labels = [c.label for c in arch_params.searched]
+    assert {kind(label) for label in labels} == {"depth", "kernel", "expand"}
+    reference = float(expected.detach())
+    for form in ({"loss": "additive", "latency_lambda": 1.0},
+                 {"loss": "multiplicative", "target_ms": reference / 2, "beta": 1.0}):
+        search_config = dnas_config(**form).search
+        term = latency_loss(task_loss.detach(), expected, search_config, reference)
+        grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True)
+        zero = [label for label, g in zip(labels, grads) if not torch.all(g.abs() > 0)]
+        assert not zero, f"{form['loss']}: no latency gradient for {zero}"
+    # the task loss reaches every kind of choice through the gates too (depth included)
+    grads = torch.autograd.grad(task_loss, list(arch_params.logits))
+    reached = {kind(label) for label, g in zip(labels, grads) if g.abs().sum() > 0}
+    assert reached == {"depth", "kernel", "expand"}
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    """Task, space and cost model of the tiny smoke run (built once: the strategy settings do not change them)."""
+    config = dnas_config(*TINY)
+    task, space = build_task_and_space(config)
+    return task, space, load_cost_model(config.cost.model)
+
+
+def derived_latency(tiny_run, **search_keys) -> float:
+    """Latency of the arch derived after three search epochs of the tiny smoke run."""
+    task, space, cost_model = tiny_run
+    config = dnas_config(*TINY, "train.epochs=3", arch_lr=0.1, arch_tau_end=0.1, **search_keys)
+    search = DifferentiableSearch(space, task, cost_model, config.train, config.search, config.seed)
+    search.run(progress=False)
+    assert [e["epoch"] for e in search.trajectory] == [1, 2, 3]
+    return cost_model.latency_ms(space.blocks(search.derived))
+
+
+def test_raising_lambda_lowers_the_derived_latency(tiny_run):
+    """The additive loss on the smoke config: three lambdas, strictly decreasing latency of the derived arch."""
+    latency = [derived_latency(tiny_run, loss="additive", latency_lambda=lam) for lam in (0.0, 0.2, 2.0)]
+    assert latency[0] > latency[1] > latency[2], latency
+
+
+@pytest.mark.slow
+def test_lowering_the_target_lowers_the_derived_latency(tiny_run):
+    """The multiplicative loss with a two-sided target: the derived arch follows the target."""
+    targets = (0.9, 0.7, 0.55)
+    latency = [derived_latency(tiny_run, loss="multiplicative", target_ms=t, beta=1.0, beta_below=1.0)
+               for t in targets]
+    assert latency[0] > latency[1] > latency[2], latency
+    assert all(abs(lat / t - 1) < 0.2 for lat, t in zip(latency, targets)), latency
+
+
+class Interrupted(Exception):
+    pass
+
+
+@pytest.mark.parametrize("relaxation", RELAXATIONS)
+def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
+    config = dnas_config("task.train_size=128", "task.batch_size=16", "train.epochs=2", "train.checkpoint_every=3",
+                         relaxation=relaxation, warmup_epochs=1, finetune_epochs=1, loss="multiplicative",
+                         target_ms=0.7, beta_below=1.0)
+    task, space = build_task_and_space(config)
+    cost_model = load_cost_model(config.cost.model)
+
+    def search(path, stop_at=None):
+        s = DifferentiableSearch(space, task, cost_model, config.train, config.search, config.seed, path)
+
+        def stop(step):
+            if step == stop_at:
+                raise Interrupted
+
+        s.run(progress=False, on_step=stop)
+        return s
+
+    whole = search(tmp_path / "whole.pt")
+    assert whole.total_steps == 16 and len(whole.trajectory) == 1
+    for stop_at in (5, 13):  # mid-search (after a checkpoint at step 3) and mid-fine-tuning
+        with pytest.raises(Interrupted):
+            search(tmp_path / "killed.pt", stop_at)
+    resumed = search(tmp_path / "killed.pt")
+    assert resumed.trajectory == whole.trajectory
+    for name, tensor in whole.state_dict()["model"].items():
+        assert torch.equal(tensor, resumed.state_dict()["model"][name]), name
+    for a, b in zip(whole.arch.logits, resumed.arch.logits):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"loss": "multiplicative"}, "search.target_ms: the multiplicative loss needs a latency target"),
+    ({"relaxation": "darts"}, "search.relaxation: 'darts' is not one of gumbel, proxyless"),
+    ({"arch_fraction": 1.0}, r"search.arch_fraction: must be in \(0, 1\)"),
+])
+def test_bad_search_settings_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        dnas_config(**overrides)
+
+
+def test_warmup_longer_than_training_is_an_error(tmp_path, capsys):
+    overrides = ["search={strategy: differentiable, warmup_epochs: 1}", "train.epochs=1", "--out", str(tmp_path / "r")]
+    assert main(["search", SMOKE, *overrides, "--no-progress"]) == 2
+    assert "search.warmup_epochs (1) must be below train.epochs (1)" in capsys.readouterr().err
+
+
+def test_differentiable_run_end_to_end(tmp_path):
+    """A whole run: one candidates.csv row per search epoch with its expected latency; resume changes nothing."""
+    out = tmp_path / "run"
+    args = ["search", SMOKE, "search={strategy: differentiable, warmup_epochs: 1, finetune_epochs: 1}",
+            "train.epochs=3", *TINY, "--out", str(out), "--no-progress"]
+    assert main(args) == 0
+    run = RunDir(out)
+    rows = read_csv(run.candidates)
+    assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
+                             "macs", "is_pareto", "expected_latency_ms"]
+    assert [int(r["generation"]) for r in rows] == [1, 2] and [int(r["id"]) for r in rows] == [0, 1]
+    for row in rows:
+        assert float(row["expected_latency_ms"]) > 0 and float(row["top1"]) > 20  # 10 classes: chance is 10%
+    assert json.loads(rows[-1]["arch"]) == torch.load(run.supernet_checkpoint, weights_only=True)["trajectory"][-1][
+        "arch"]
+    assert "expected_latency_ms" in run.report_html.read_text() or run.report_html.exists()
+    before = run.candidates.read_text()
+    assert main(args[:-3] + ["--out", str(out), "--resume", "--no-progress"]) == 0
+    assert run.candidates.read_text() == before
