@@ -1,9 +1,11 @@
 """Tasks: data sets, losses, metrics, train and evaluate loops (classification; super-resolution)."""
 from .classification import ClassificationConfig, ClassificationTask
 from .data import DataError
+from .super_resolution import SuperResolutionConfig, SuperResolutionTask
 
 #: task type -> (config dataclass, task class); a task is built as `cls(config, seed=...)`
-TASKS = {"classification": (ClassificationConfig, ClassificationTask)}
+TASKS = {"classification": (ClassificationConfig, ClassificationTask),
+         "super_resolution": (SuperResolutionConfig, SuperResolutionTask)}
 
 
 def build_task(config, seed: int):
@@ -13,4 +15,5 @@ def build_task(config, seed: int):
     return TASKS[config.type][1](config, seed=seed)
 
 
-__all__ = ["ClassificationConfig", "ClassificationTask", "DataError", "TASKS", "build_task"]
+__all__ = ["ClassificationConfig", "ClassificationTask", "DataError", "SuperResolutionConfig", "SuperResolutionTask",
+           "TASKS", "build_task"]
