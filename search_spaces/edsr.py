@@ -1,0 +1,352 @@
+"""EDSR-style space: residual blocks without batch norm, with elastic depth, width, kernels and residual scaling.
+
+Lim et al., "Enhanced Deep Residual Networks for Single Image Super-Resolution", CVPRW 2017
+(https://arxiv.org/abs/1707.02921). The network is a 3x3 head conv, `blocks` residual blocks
+(conv - ReLU - conv, output scaled by `res_scale` and added to the input), a 3x3 conv closing the body plus a
+skip from the head, a pixel-shuffle upsampler fixed by the scale (x2, x3: one conv + shuffle; x4: two x2 stages)
+and a 3x3 tail conv to RGB. Searched: the number of blocks (the first `blocks` run), the feature width
+(all convs share one max-width weight, sliced), each block's kernel size (one max-size weight, centre crop) and
+the residual scaling. Mean shift lives in the task's normalisation, so networks are pure convolutions.
+
+Optionally (`global_skips: [bicubic]`) the network adds a bicubic upscaling of its input to its output and so
+learns the residual over bicubic, VDSR's global residual learning (Kim et al., CVPR 2016): on a short training
+budget that converges much faster. EDSR itself has no such skip (`none`). On the device it is one interpolation
+layer and one add at the output resolution, both costed.
+
+An arch: {"blocks": n, "channels": c, "kernel": [k per active block], "res_scale": r, "global_skip": s}.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from hw_cost import Block
+
+from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .elastic import ElasticConv2d
+
+__all__ = ["EdsrSpaceConfig", "EdsrSpace", "EdsrSupernet", "Edsr", "ResBlock", "SkipConv", "Upsampler",
+           "BicubicSkip", "build_edsr", "network_blocks", "GLOBAL_SKIPS"]
+
+SCALES = (2, 3, 4)
+GLOBAL_SKIPS = ("none", "bicubic")  # cheapest first
+ARCH_KEYS = ("blocks", "channels", "kernel", "res_scale", "global_skip")
+
+
+@dataclass
+class EdsrSpaceConfig:
+    """Args:
+        scale: upscaling factor 2, 3 or 4 (must equal the task's); fixes the upsampler.
+        depths: searched numbers of residual blocks.
+        channels: searched feature widths (weights shared by slicing).
+        kernel_sizes: searched kernel size of each residual block (odd; weights shared by centre crop).
+        res_scales: searched residual scaling (EDSR uses 0.1 for its wide model, 1 for the baseline); it has
+            no latency cost, a deployed network folds it into the block's second conv.
+        global_skips: `none` (EDSR) and / or `bicubic` (add the bicubic-upscaled input to the output). With both,
+            one supernet must serve two different targets: list one unless that is the point.
+    """
+
+    type: str = "edsr"
+    scale: int = 2
+    depths: list[int] = field(default_factory=lambda: [2, 4, 6, 8, 10, 12, 14, 16])
+    channels: list[int] = field(default_factory=lambda: [16, 24, 32, 48, 64])
+    kernel_sizes: list[int] = field(default_factory=lambda: [3, 5])
+    res_scales: list[float] = field(default_factory=lambda: [0.1, 1.0])
+    global_skips: list[str] = field(default_factory=lambda: ["none"])
+
+
+# ------------------------------------------------------------------------------------------ static modules
+def _conv(in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2)
+
+
+class ResBlock(nn.Module):
+    """EDSR's residual block: x + conv(relu(conv(x))) (residual scaling folded into the second conv)."""
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__()
+        self.conv1, self.act, self.conv2 = _conv(channels, channels, kernel_size), nn.ReLU(), \
+            _conv(channels, channels, kernel_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv2(self.act(self.conv1(x)))
+
+
+class SkipConv(nn.Module):
+    """conv(x) + x: the cost block of the conv closing the body together with the long skip's add (whose cost
+    depends on the shapes only, not on which tensor it adds)."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv = _conv(channels, channels, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) + x
+
+
+class BicubicSkip(nn.Module):
+    """Bicubic upscaling of the network input (PyTorch's kernel, a = -0.75; ONNX Resize 'cubic'), for the skip."""
+
+    def __init__(self, scale: int):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, scale_factor=self.scale, mode="bicubic", align_corners=False)
+
+
+class _SkipCost(BicubicSkip):
+    """The global skip as a cost block: the upscaling and the add at the output resolution."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        up = super().forward(x)
+        return up + up
+
+
+class Upsampler(nn.Sequential):
+    """Sub-pixel upsampling (ESPCN): conv to r^2 x channels, pixel shuffle by r; x4 is two x2 stages."""
+
+    def __init__(self, channels: int, scale: int):
+        stages = [2, 2] if scale == 4 else [scale]
+        layers: list[nn.Module] = []
+        for r in stages:
+            layers += [_conv(channels, r * r * channels, 3), nn.PixelShuffle(r)]
+        super().__init__(*layers)
+
+
+class Edsr(nn.Module):
+    """A standalone network of the family: head, residual blocks, body end with the long skip, upsampler, tail,
+    and optionally the global bicubic skip."""
+
+    def __init__(self, head: nn.Module, blocks: list[nn.Module], body_end: nn.Module, upsampler: nn.Module,
+                 tail: nn.Module, skip: BicubicSkip | None = None):
+        super().__init__()
+        self.head, self.blocks, self.body_end = head, nn.Sequential(*blocks), body_end
+        self.upsampler, self.tail, self.skip = upsampler, tail, skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.head(x)
+        out = self.tail(self.upsampler(self.body_end(self.blocks(h)) + h))
+        return out if self.skip is None else out + self.skip(x)
+
+
+def build_edsr(*, scale: int, blocks: int, channels: int, kernel_size: int | list[int] = 3,
+               global_skip: str = "none", in_channels: int = 3, out_channels: int = 3) -> Edsr:
+    """A freshly initialised EDSR of any size (e.g. EDSR-baseline: 16 blocks, 64 channels, 3x3 kernels).
+
+    Residual scaling is not a parameter: it is a constant factor on the blocks' second conv.
+    """
+    if scale not in SCALES:
+        raise ArchError(f"scale: must be one of {SCALES}, got {scale}")
+    kernels = [kernel_size] * blocks if isinstance(kernel_size, int) else list(kernel_size)
+    if blocks < 0 or channels < 1 or len(kernels) != blocks or any(k < 1 or k % 2 == 0 for k in kernels):
+        raise ArchError(f"EDSR needs blocks >= 0, channels >= 1 and one odd kernel size per block; got "
+                        f"blocks={blocks}, channels={channels}, kernel_size={kernel_size}")
+    if global_skip not in GLOBAL_SKIPS:
+        raise ArchError(f"global_skip: {global_skip!r} is not one of {list(GLOBAL_SKIPS)}")
+    return Edsr(_conv(in_channels, channels, 3), [ResBlock(channels, k) for k in kernels], _conv(channels, channels, 3),
+                Upsampler(channels, scale), _conv(channels, out_channels, 3),
+                BicubicSkip(scale) if global_skip == "bicubic" else None)
+
+
+# ------------------------------------------------------------------------------------------ elastic modules
+class ElasticResBlock(nn.Module):
+    """A residual block whose width (from its input), kernel and residual scaling are set by `set_active`."""
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__()
+        self.conv1 = ElasticConv2d(channels, channels, kernel_size, bias=True)
+        self.conv2 = ElasticConv2d(channels, channels, kernel_size, bias=True)
+        self.kernel_size, self.res_scale = kernel_size, 1.0
+
+    def set_active(self, kernel_size: int, res_scale: float) -> None:
+        self.kernel_size, self.res_scale = kernel_size, res_scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = x.shape[1]
+        h = F.relu(self.conv1(x, out_channels=c, kernel_size=self.kernel_size))
+        return x + self.conv2(h, out_channels=c, kernel_size=self.kernel_size) * self.res_scale
+
+    @torch.no_grad()
+    def extract(self, channels: int) -> ResBlock:
+        block = ResBlock(channels, self.kernel_size)
+        block.conv1 = self.conv1.export(channels, channels, self.kernel_size)
+        block.conv2 = self.conv2.export(channels, channels, self.kernel_size)
+        block.conv2.weight.mul_(self.res_scale)
+        block.conv2.bias.mul_(self.res_scale)
+        return block
+
+
+class EdsrSupernet(Supernet):
+    def __init__(self, space: "EdsrSpace"):
+        super().__init__()
+        cfg = space.config
+        self.space = space
+        c, k = max(cfg.channels), max(cfg.kernel_sizes)
+        self.head = ElasticConv2d(space.input_shape[0], c, 3, bias=True)
+        self.blocks = nn.ModuleList(ElasticResBlock(c, k) for _ in range(max(cfg.depths)))
+        self.body_end = ElasticConv2d(c, c, 3, bias=True)
+        self.stages = [2, 2] if cfg.scale == 4 else [cfg.scale]
+        self.upsampler = nn.ModuleList(ElasticConv2d(c, r * r * c, 3, bias=True) for r in self.stages)
+        self.tail = ElasticConv2d(c, space.num_outputs, 3, bias=True)
+        self.skip = BicubicSkip(cfg.scale)
+        for m in self.modules():
+            if isinstance(m, ElasticConv2d):  # PyTorch's default conv initialisation (as EDSR uses)
+                nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
+                bound = 1 / math.sqrt(m.weight[0].numel())
+                nn.init.uniform_(m.bias, -bound, bound)
+        self.set_active(space.largest())
+
+    def set_active(self, arch: dict) -> None:
+        arch = self.space.validate(arch)
+        self.depth, self.channels, self.global_skip = arch["blocks"], arch["channels"], arch["global_skip"]
+        for block, k in zip(self.blocks, arch["kernel"]):
+            block.set_active(k, arch["res_scale"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = self.channels
+        h = self.head(x, out_channels=c)
+        y = h
+        for block in self.blocks[:self.depth]:
+            y = block(y)
+        y = self.body_end(y, out_channels=c) + h
+        for conv, r in zip(self.upsampler, self.stages):
+            y = F.pixel_shuffle(conv(y, out_channels=r * r * c), r)
+        y = self.tail(y)
+        return y + self.skip(x) if self.global_skip == "bicubic" else y
+
+    @torch.no_grad()
+    def extract(self, arch: dict) -> Edsr:
+        self.set_active(arch)
+        c = self.channels
+        upsampler = Upsampler(c, self.space.config.scale)
+        for i, (conv, r) in enumerate(zip(self.upsampler, self.stages)):
+            upsampler[2 * i] = conv.export(c, r * r * c, 3)
+        net = Edsr(self.head.export(self.space.input_shape[0], c, 3),
+                   [block.extract(c) for block in self.blocks[:self.depth]], self.body_end.export(c, c, 3), upsampler,
+                   self.tail.export(c, self.space.num_outputs, 3),
+                   BicubicSkip(self.space.config.scale) if self.global_skip == "bicubic" else None)
+        return net.train(self.training)
+
+
+# ------------------------------------------------------------------------------------------ the space
+@register_space("edsr", EdsrSpaceConfig)
+class EdsrSpace(SearchSpace):
+    """EDSR-style space (see the module docstring). Config: `EdsrSpaceConfig`."""
+
+    def __init__(self, config: EdsrSpaceConfig, *, input_shape, num_outputs: int):
+        super().__init__(input_shape, num_outputs)
+        if config.scale not in SCALES:
+            raise ArchError(f"space.scale: must be one of {list(SCALES)}, got {config.scale}")
+        for key in ("depths", "channels", "kernel_sizes", "res_scales", "global_skips"):
+            if not getattr(config, key):
+                raise ArchError(f"space.{key}: needs at least one value")
+        if min(config.depths) < 1:
+            raise ArchError(f"space.depths: values must be >= 1, got {config.depths}")
+        if min(config.channels) < 1:
+            raise ArchError(f"space.channels: values must be >= 1, got {config.channels}")
+        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
+            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
+        if any(r <= 0 for r in config.res_scales):
+            raise ArchError(f"space.res_scales: values must be > 0, got {config.res_scales}")
+        if set(config.global_skips) - set(GLOBAL_SKIPS):
+            raise ArchError(f"space.global_skips: values must be among {list(GLOBAL_SKIPS)}, got {config.global_skips}")
+        self.config = config
+        self.depths, self.widths = tuple(sorted(set(config.depths))), tuple(sorted(set(config.channels)))
+        self.kernels = tuple(sorted(set(config.kernel_sizes)))
+        self.res_scales = tuple(sorted(set(float(r) for r in config.res_scales)))
+        self.skips = tuple(s for s in GLOBAL_SKIPS if s in config.global_skips)
+
+    def _build_choices(self) -> list[Choice]:
+        return ([Choice("blocks", self.depths), Choice("channels", self.widths)]
+                + [Choice(f"b{b}.kernel", self.kernels) for b in range(max(self.depths))]
+                + [Choice("res_scale", self.res_scales), Choice("global_skip", self.skips)])
+
+    def arch_from_assignment(self, values: dict[str, Any]) -> dict:
+        n = int(values["blocks"])
+        return {"blocks": n, "channels": int(values["channels"]),
+                "kernel": [int(values[f"b{b}.kernel"]) for b in range(n)], "res_scale": float(values["res_scale"]),
+                "global_skip": str(values["global_skip"])}
+
+    def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
+        keys = set(ARCH_KEYS)
+        if set(arch) != keys:
+            raise ArchError(f"arch keys must be {', '.join(ARCH_KEYS)} (missing {sorted(keys - set(arch))}, "
+                            f"unknown {sorted(set(arch) - keys)})")
+        n = arch["blocks"]
+        if n not in self.depths:
+            raise ArchError(f"arch.blocks: {n!r} is not one of {list(self.depths)}")
+        if not isinstance(arch["kernel"], list) or len(arch["kernel"]) != n:
+            raise ArchError(f"arch.kernel: expected {n} values (one per block)")
+        values = {"blocks": n, "channels": arch["channels"], "res_scale": arch["res_scale"],
+                  "global_skip": arch["global_skip"]}
+        for b in range(max(self.depths)):
+            values[f"b{b}.kernel"] = arch["kernel"][b] if b < n else self.kernels[0]
+        return values
+
+    def build_supernet(self) -> EdsrSupernet:
+        return EdsrSupernet(self)
+
+    def reference_network(self, arch: dict) -> tuple[Edsr, list[Block]]:
+        """A freshly initialised EDSR of `arch` whose sizes may lie outside the searched ranges (a reference
+        baseline such as the EDSR-baseline: 16 blocks x 64 channels), and its cost blocks.
+
+        The residual scaling scales the blocks' second-conv initial weights (its folded form).
+        """
+        if not isinstance(arch, dict) or set(arch) != set(ARCH_KEYS):
+            raise ArchError(f"a reference EDSR arch needs exactly the keys {', '.join(ARCH_KEYS)}")
+        if not isinstance(arch["res_scale"], (int, float)) or arch["res_scale"] <= 0:
+            raise ArchError(f"arch.res_scale: must be a number > 0, got {arch['res_scale']!r}")
+        if not all(isinstance(arch[k], int) for k in ("blocks", "channels")) or not isinstance(arch["kernel"], list):
+            raise ArchError("arch.blocks and arch.channels must be integers, arch.kernel a list")
+        net = build_edsr(scale=self.config.scale, blocks=arch["blocks"], channels=arch["channels"],
+                         kernel_size=arch["kernel"], global_skip=arch["global_skip"], in_channels=self.input_shape[0],
+                         out_channels=self.num_outputs)
+        with torch.no_grad():
+            for block in net.blocks:
+                block.conv2.weight.mul_(arch["res_scale"])
+                block.conv2.bias.mul_(arch["res_scale"])
+        return net, network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
+                                   arch["global_skip"], self.num_outputs)
+
+    def all_blocks(self) -> list[Block]:
+        # every (width, kernel, skip) at the deepest arch covers all keys (the residual scaling costs nothing)
+        unique: dict[str, Block] = {}
+        for c in self.widths:
+            for k in self.kernels:
+                for skip in self.skips:
+                    arch = {"blocks": max(self.depths), "channels": c, "kernel": [k] * max(self.depths),
+                            "res_scale": self.res_scales[0], "global_skip": skip}
+                    unique.update((b.key, b) for b in self.blocks(arch))
+        return list(unique.values())
+
+    def blocks(self, arch: dict) -> list[Block]:
+        arch = self.validate(arch)
+        return network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
+                              arch["global_skip"], self.num_outputs)
+
+
+def network_blocks(input_shape, scale: int, channels: int, kernels: list[int], global_skip: str = "none",
+                   out_channels: int = 3) -> list[Block]:
+    """The cost blocks of an EDSR (any size, e.g. the EDSR-baseline outside a space's ranges), in execution order.
+
+    (Single convs are wrapped in nn.Sequential: torch.fx traces a root module's own forward as a function.)
+    """
+    c_in, h, w = input_shape
+    c = channels
+    shape = f"{h}x{w}"
+    out = [Block(f"head|in{c_in}x{shape}|out{c}|k3", (1, c_in, h, w),
+                 lambda: nn.Sequential(_conv(c_in, c, 3)))]
+    out += [Block(f"resblock|in{c}x{shape}|k{k}", (1, c, h, w), lambda k=k: ResBlock(c, k)) for k in kernels]
+    out.append(Block(f"body_end|in{c}x{shape}|k3", (1, c, h, w), lambda: SkipConv(c)))
+    out.append(Block(f"upsampler|in{c}x{shape}|x{scale}", (1, c, h, w), lambda: Upsampler(c, scale)))
+    out.append(Block(f"tail|in{c}x{h * scale}x{w * scale}|out{out_channels}|k3", (1, c, h * scale, w * scale),
+                     lambda: nn.Sequential(_conv(c, out_channels, 3))))
+    if global_skip == "bicubic":
+        out.append(Block(f"bicubic_skip|in{c_in}x{shape}|x{scale}", (1, c_in, h, w), lambda: _SkipCost(scale)))
+    return out

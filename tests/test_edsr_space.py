@@ -1,0 +1,151 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hw_cost import extract_layers
+from search_spaces import ArchError, build_space, space_config_class
+from search_spaces.edsr import EdsrSpaceConfig, build_edsr
+
+INPUT = (3, 12, 16)
+
+
+def small_space(**overrides):
+    cfg = dict(depths=[1, 2, 3], channels=[8, 16], kernel_sizes=[3, 5], res_scales=[0.1, 1.0],
+               global_skips=["none", "bicubic"]) | overrides
+    return build_space(EdsrSpaceConfig(**cfg), input_shape=INPUT, num_outputs=3)
+
+
+def test_registered_with_its_config():
+    assert space_config_class("edsr") is EdsrSpaceConfig
+
+
+def test_arch_is_plain_json_and_round_trips_through_genes():
+    space = small_space()
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        arch = space.sample(rng)
+        assert json.loads(json.dumps(arch)) == arch
+        assert space.decode(space.encode(arch)) == arch
+        assert len(arch["kernel"]) == arch["blocks"]
+    assert space.largest() == {"blocks": 3, "channels": 16, "kernel": [5, 5, 5], "res_scale": 1.0,
+                               "global_skip": "bicubic"}
+    assert space.smallest() == {"blocks": 1, "channels": 8, "kernel": [3], "res_scale": 0.1, "global_skip": "none"}
+
+
+GOOD = {"blocks": 2, "channels": 8, "kernel": [3, 3], "res_scale": 1.0, "global_skip": "none"}
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"res_scale": None}, "missing"), ({"depth": 2}, "unknown"), ({"blocks": 4, "kernel": [3] * 4}, "arch.blocks"),
+    ({"channels": 12}, "channels"), ({"kernel": [3]}, "arch.kernel"), ({"kernel": [3, 7]}, "b1.kernel"),
+    ({"res_scale": 0.5}, "res_scale"), ({"global_skip": "nearest"}, "global_skip"),
+])
+def test_invalid_archs_name_the_field(change, field):
+    arch = {k: v for k, v in (GOOD | change).items() if v is not None}
+    assert small_space().validate(GOOD) == GOOD
+    with pytest.raises(ArchError, match=field):
+        small_space().validate(arch)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"scale": 5}, "space.scale"), ({"kernel_sizes": [2, 3]}, "kernel_sizes"), ({"depths": [0, 2]}, "depths"),
+    ({"channels": []}, "channels"), ({"res_scales": [0.0]}, "res_scales"), ({"global_skips": ["x"]}, "global_skips"),
+])
+def test_space_config_errors_name_the_field(overrides, field):
+    with pytest.raises(ArchError, match=field):
+        small_space(**overrides)
+
+
+@pytest.mark.parametrize("scale", [2, 3, 4])
+def test_extracted_subnet_matches_supernet(scale):
+    torch.manual_seed(scale)
+    space = small_space(scale=scale)
+    supernet = space.build_supernet().eval()
+    rng = np.random.default_rng(scale)
+    x = torch.randn(2, *INPUT)
+    for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(4)]:
+        supernet.set_active(arch)
+        expected = supernet(x)
+        assert expected.shape == (2, 3, INPUT[1] * scale, INPUT[2] * scale)
+        subnet = supernet.extract(arch).eval()
+        torch.testing.assert_close(subnet(x), expected, rtol=1e-5, atol=1e-5)
+        n_params = sum(p.numel() for p in subnet.parameters())
+        assert n_params < sum(p.numel() for p in supernet.parameters()) or arch == space.largest()
+
+
+def test_global_skip_adds_the_bicubic_upscaled_input():
+    torch.manual_seed(0)
+    space = small_space()
+    supernet = space.build_supernet().eval()
+    x = torch.randn(1, *INPUT)
+    plain = supernet.extract(GOOD)(x)
+    skipped = supernet.extract(GOOD | {"global_skip": "bicubic"})(x)
+    bicubic = torch.nn.functional.interpolate(x, scale_factor=2, mode="bicubic", align_corners=False)
+    torch.testing.assert_close(skipped, plain + bicubic)
+
+
+def test_residual_scaling_changes_the_function_and_is_folded_into_weights():
+    torch.manual_seed(0)
+    space = small_space()
+    supernet = space.build_supernet().eval()
+    x = torch.randn(1, *INPUT)
+    a = {"blocks": 2, "channels": 16, "kernel": [3, 5], "res_scale": 1.0, "global_skip": "none"}
+    b = dict(a, res_scale=0.1)
+    out_a, out_b = supernet.extract(a)(x), supernet.extract(b)(x)
+    assert not torch.allclose(out_a, out_b)
+    sub_a, sub_b = supernet.extract(a), supernet.extract(b)
+    torch.testing.assert_close(sub_b.blocks[1].conv2.weight, 0.1 * sub_a.blocks[1].conv2.weight)
+    assert sub_a.blocks[1].conv2.weight.shape == (16, 16, 5, 5)  # centre crop of the shared 5x5 weight
+
+
+def test_extracted_subnet_is_independent_of_the_supernet():
+    space = small_space()
+    supernet = space.build_supernet().eval()
+    subnet = supernet.extract(space.smallest()).eval()
+    x = torch.randn(1, *INPUT)
+    before = subnet(x)
+    with torch.no_grad():
+        for p in supernet.parameters():
+            p.add_(1.0)
+    torch.testing.assert_close(subnet(x), before)
+
+
+@pytest.mark.parametrize("scale", [2, 4])
+def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch(scale):
+    space = small_space(scale=scale)
+    supernet = space.build_supernet()
+    all_keys = {b.key for b in space.all_blocks()}
+    rng = np.random.default_rng(3)
+    for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(5)]:
+        blocks = space.blocks(arch)
+        assert {b.key for b in blocks} <= all_keys
+        # head, residual blocks, body end, upsampler, tail (, global skip)
+        assert len(blocks) == arch["blocks"] + 4 + (arch["global_skip"] == "bicubic")
+        hr = f"{INPUT[1] * scale}x{INPUT[2] * scale}"
+        assert all(f"{INPUT[1]}x{INPUT[2]}" in b.key or b.key.startswith("tail") and hr in b.key for b in blocks)
+        whole = extract_layers(supernet.extract(arch), (1, *INPUT))
+        by_block = [layer for b in blocks for layer in b.layers()]
+        assert [l.signature() for l in whole] == [l.signature() for l in by_block]
+    blocks = space.blocks(space.largest())
+    assert [l.op for l in blocks[-3].layers()] == ["conv", "pixel_shuffle"] * (2 if scale == 4 else 1)
+    assert [l.op for l in blocks[-1].layers()] == ["upsample", "add"]
+
+
+def test_reference_network_may_lie_outside_the_ranges():
+    space = small_space()
+    arch = {"blocks": 5, "channels": 24, "kernel": [3] * 5, "res_scale": 1.0, "global_skip": "bicubic"}
+    with pytest.raises(ArchError):
+        space.validate(arch)
+    net, blocks = space.reference_network(arch)
+    assert net(torch.randn(1, *INPUT)).shape == (1, 3, 24, 32)
+    whole = extract_layers(net, (1, *INPUT))
+    assert [l.signature() for l in whole] == [l.signature() for b in blocks for l in b.layers()]
+    baseline = build_edsr(scale=2, blocks=16, channels=64)
+    # head 1792 + 16 blocks x 2 x 36928 + body end 36928 + upsampler 147712 + tail 1731 (EDSR-baseline x2: 1.37M)
+    assert sum(p.numel() for p in baseline.parameters()) == 1_369_859
+    with pytest.raises(ArchError, match="kernel"):
+        space.reference_network(dict(arch, kernel=[3] * 4))
+    with pytest.raises(ArchError, match="keys"):
+        space.reference_network({"blocks": 2})
