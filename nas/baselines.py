@@ -2,17 +2,30 @@
 
 A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtained:
 * `subnet` (default): an arch of the space (`arch: largest | smallest | {...}`) with inherited weights.
+* `standalone`: a network trained from scratch with the run's training recipe and step budget (`train` section,
+  the same batches), no weight sharing: an arch of the space (`arch: largest | smallest | {...}`), or an arch
+  outside the space's ranges for families that build reference networks (e.g. the EDSR-baseline, 16 blocks x
+  64 channels). Training checkpoints under checkpoint/, so an interrupted run resumes it.
+* `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
+
+Tasks with a `scores(model, split)` method (super-resolution: PSNR and SSIM) get every test score recorded.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import re
 from typing import Callable
 
-from search_spaces import ArchError, arch_key
+import torch
+import torch.nn as nn
+
+from search_spaces import ArchError, Supernet, arch_key
 
 from .config import ConfigError
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .report import write_csv
+from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -29,18 +42,103 @@ def resolve_arch(space, arch, where: str) -> dict:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    unknown = set(spec) - {"name", "type", "arch"}
+def _check_keys(spec: dict, valid: set[str]) -> None:
+    unknown = set(spec) - valid
     if unknown:
-        raise ConfigError(f"baselines[{spec['name']}]: unknown keys {sorted(unknown)} (valid: name, type, arch)")
+        raise ConfigError(f"baselines[{spec['name']}]: unknown keys {sorted(unknown)} "
+                          f"(valid: {', '.join(sorted(valid))})")
+
+
+def _test_scores(task, model: nn.Module) -> dict:
+    """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
+    scores = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
+    return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
+
+
+def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    _check_keys(spec, {"name", "type", "arch"})
     arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
     record = evaluator.evaluate(arch)
-    record[f"test_{ctx.task.metric}"] = round(evaluator.metric(arch, "test"), 4)
+    record.update(_test_scores(ctx.task, evaluator.subnet(arch)))
     record["note"] = "subnet with inherited weights"
     return record
 
 
-BASELINE_TYPES: dict[str, Callable] = {"subnet": _subnet}
+class _FixedNetwork(Supernet):
+    """A standalone network as a one-arch supernet, so that the supernet trainer's recipe trains it."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def set_active(self, arch: dict) -> None:
+        """There is one arch only."""
+
+    def extract(self, arch: dict) -> nn.Module:
+        return copy.deepcopy(self.net)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class StandaloneTrainer(SupernetTrainer):
+    """The supernet recipe (optimizer, schedule, EMA, steps, checkpoints) applied to one network: no sandwich."""
+
+    def step_archs(self, epoch: int, step: int) -> list[dict]:
+        return [{}]
+
+
+def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
+    """(arch, freshly initialised network, cost blocks, note) of a standalone baseline."""
+    where = f"baselines[{spec['name']}].arch"
+    if "arch" not in spec:
+        raise ConfigError(f"{where}: a standalone baseline needs an arch (largest, smallest or a dict)")
+    torch.manual_seed(ctx.config.seed)
+    try:
+        arch = resolve_arch(ctx.space, spec["arch"], where)
+    except ConfigError:
+        if not hasattr(ctx.space, "reference_network") or not isinstance(spec["arch"], dict):
+            raise
+        try:  # outside the searched ranges: the family builds it directly
+            net, blocks = ctx.space.reference_network(spec["arch"])
+        except ArchError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        return spec["arch"], net, blocks, "reference network outside the space"
+    return arch, ctx.space.build_supernet().extract(arch), ctx.space.blocks(arch), "arch of the space"
+
+
+def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    _check_keys(spec, {"name", "type", "arch"})
+    arch, net, blocks, origin = _standalone_network(ctx, spec)
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
+    trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, ctx.config.train, ctx.config.seed,
+                                ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt")
+    trainer.train(progress=ctx.progress)
+    model = trainer.trained_model.net.eval()
+    per_key = {b.key: b.layers(ctx.cost_model.dtype) for b in blocks}  # repeated blocks are extracted once
+    layers = [layer for block in blocks for layer in per_key[block.key]]
+    return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(model, "val")), 4),
+            **_test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
+            "cost_model": ctx.cost_model.name, "params": sum(l.params for l in layers),
+            "macs": sum(l.macs for l in layers),
+            "note": f"{origin}, trained from scratch ({trainer.total_steps} steps, the supernet's recipe)"}
+
+
+def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    _check_keys(spec, {"name", "type"})
+    task = ctx.task
+    if not hasattr(task, "bicubic_model"):
+        raise ConfigError(f"baselines[{spec['name']}]: type bicubic needs a super-resolution task")
+    # on the device bicubic upscaling is one interpolation layer (the cost model's rule for 'upsample')
+    latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
+                                              (1, *task.input_shape))
+    model = task.bicubic_model()
+    return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **_test_scores(task, model),
+            "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
+            "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)"}
+
+
+BASELINE_TYPES: dict[str, Callable] = {"subnet": _subnet, "standalone": _standalone, "bicubic": _bicubic}
 
 
 def evaluate_baselines(ctx, evaluator: ArchEvaluator) -> list[dict]:
@@ -56,7 +154,8 @@ def evaluate_baselines(ctx, evaluator: ArchEvaluator) -> list[dict]:
 
     journal = CachedEvaluator(lambda name: score(specs[name]), ctx.run_dir.baseline_journal, key=lambda name: name)
     rows = [journal(name) for name in specs]
-    columns = ["name", metric, f"test_{metric}", "latency_ms", "cost_model", "params", "macs", "note", "arch"]
+    extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
+    columns = ["name", metric, f"test_{metric}", *extra, "latency_ms", "cost_model", "params", "macs", "note", "arch"]
     write_csv(ctx.run_dir.baselines, [{c: r.get(c, "") for c in columns} | {"arch": arch_key(r["arch"])} for r in rows],
               columns)
     return rows

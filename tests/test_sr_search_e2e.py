@@ -1,0 +1,111 @@
+"""The super-resolution smoke config end to end (search, baselines, report, resume), and standalone training resume."""
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import CONFIGS
+from nas.baselines import BASELINE_TYPES, StandaloneTrainer, _FixedNetwork
+from nas.cli import main
+from nas.config import ConfigError, load_config
+from nas.pareto import pareto_mask
+from nas.report import read_csv
+from nas.rundir import RunDir
+from nas.search import build_context, build_task_and_space
+
+SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")
+
+
+@pytest.fixture(scope="module")
+def sr_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "sr_smoke"
+    assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
+    return RunDir(out)
+
+
+def test_candidates_have_psnr_and_a_front(sr_run):
+    rows = read_csv(sr_run.candidates)
+    assert list(rows[0])[:10] == ["id", "generation", "arch", "psnr", "test_psnr", "latency_ms", "cost_model",
+                                  "params", "macs", "is_pareto"]
+    assert len({r["arch"] for r in rows}) == len(rows) >= 12
+    psnr, latency = [float(r["psnr"]) for r in rows], [float(r["latency_ms"]) for r in rows]
+    assert [r["is_pareto"] == "True" for r in rows] == pareto_mask(psnr, latency).tolist()
+    front = [r for r in rows if r["is_pareto"] == "True"]
+    assert len(front) >= 2 and all(10 < float(r["test_psnr"]) < 60 for r in front)
+    assert all(r["cost_model"] == "vpunn:VPU_2_7" for r in rows)
+    assert max(latency) > 2 * min(latency)  # even the smoke space spans a range of latencies
+    assert {"blocks", "channels", "kernel", "res_scale", "global_skip"} == set(json.loads(rows[0]["arch"]))
+
+
+def test_baselines_bicubic_and_edsr_beside_the_front(sr_run):
+    baselines = {b["name"]: b for b in read_csv(sr_run.baselines)}
+    assert list(baselines) == ["bicubic", "EDSR-baseline", "smallest-standalone", "largest"]
+    assert list(baselines["bicubic"])[:4] == ["name", "psnr", "test_psnr", "test_ssim"]
+    bicubic, edsr = baselines["bicubic"], baselines["EDSR-baseline"]
+    assert bicubic["params"] == "0" and 20 < float(bicubic["test_psnr"]) < 45 and 0 < float(bicubic["test_ssim"]) < 1
+    assert int(edsr["params"]) == 1_369_859 and json.loads(edsr["arch"])["channels"] == 64
+    assert float(edsr["latency_ms"]) > float(bicubic["latency_ms"]) > 0
+    assert "trained from scratch" in edsr["note"] and "outside the space" in edsr["note"]
+    assert "arch of the space" in baselines["smallest-standalone"]["note"]
+    assert baselines["largest"]["note"] == "subnet with inherited weights" and baselines["largest"]["test_ssim"]
+    assert (sr_run.checkpoint_dir / "baseline_EDSR-baseline.pt").exists()
+    page = sr_run.report_html.read_text()
+    assert "EDSR-baseline" in page and "bicubic" in page and "psnr" in page
+
+
+def test_resume_of_a_finished_run_changes_nothing(sr_run):
+    before = sr_run.candidates.read_text(), sr_run.baselines.read_text(), sr_run.baseline_journal.path.read_text()
+    assert main(["search", SMOKE, "--out", str(sr_run.path), "--resume", "--no-progress"]) == 0
+    assert (sr_run.candidates.read_text(), sr_run.baselines.read_text(),
+            sr_run.baseline_journal.path.read_text()) == before
+
+
+def test_scale_mismatch_is_one_clear_error(tmp_path, capsys):
+    assert main(["search", SMOKE, "--out", str(tmp_path / "x"), "--no-progress", "space.scale=3"]) == 2
+    assert "scale" in capsys.readouterr().err
+
+
+def test_standalone_training_resumes_bit_exactly(tmp_path):
+    config = load_config(SMOKE, ["train.checkpoint_every=3"])
+    task, space = build_task_and_space(config)
+    arch = space.smallest()
+
+    def trainer(path):
+        torch.manual_seed(0)
+        return StandaloneTrainer(space, _FixedNetwork(space.build_supernet().extract(arch)), task, config.train,
+                                 seed=0, checkpoint_path=path)
+
+    full = trainer(tmp_path / "full.pt")
+    full.train(progress=False)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at(step):
+        if step == 7:
+            raise Stop
+
+    interrupted = trainer(tmp_path / "cut.pt")
+    with pytest.raises(Stop):
+        interrupted.train(progress=False, on_step=stop_at)
+    resumed = trainer(tmp_path / "cut.pt")
+    assert resumed.global_step == 6  # the last checkpoint before the interruption
+    resumed.train(progress=False)
+    for a, b in zip(full.supernet.state_dict().values(), resumed.supernet.state_dict().values()):
+        assert torch.equal(a, b)
+    assert resumed.global_step == full.total_steps == config.task.epoch_patches // config.task.batch_size
+
+
+def test_baseline_config_errors_name_the_baseline(tmp_path):
+    ctx = build_context(load_config(SMOKE), RunDir(tmp_path), progress=False)
+    standalone, bicubic = BASELINE_TYPES["standalone"], BASELINE_TYPES["bicubic"]
+    with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*keys"):
+        standalone(ctx, None, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})
+    with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*needs an arch"):
+        standalone(ctx, None, {"name": "bad", "type": "standalone"})
+    with pytest.raises(ConfigError, match=r"baselines\[b\]: unknown keys \['arch'\]"):
+        bicubic(ctx, None, {"name": "b", "type": "bicubic", "arch": "largest"})
+    ctx.task = SimpleNamespace(metric="top1")
+    with pytest.raises(ConfigError, match="needs a super-resolution task"):
+        bicubic(ctx, None, {"name": "b", "type": "bicubic"})
