@@ -1,6 +1,7 @@
 """Weight-sharing search spaces, one module per family, registered by name."""
 from . import mobilenet  # noqa: F401  (registers the family)
 from . import edsr  # noqa: F401  (registers the family)
+from . import resnet  # noqa: F401  (registers the family)
 from .base import SPACES, ArchError, Choice, SearchSpace, Supernet, arch_key, build_space, space_config_class
 
 __all__ = ["SPACES", "ArchError", "Choice", "SearchSpace", "Supernet", "arch_key", "build_space",
