@@ -10,8 +10,8 @@ from conftest import CONFIGS
 from hw_cost import load_cost_model
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.differentiable import (RELAXATIONS, ArchParameters, DifferentiableSearch, ExpectedLatency, build_relaxed,
-                                latency_loss)
+from nas.differentiable import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, DifferentiableSearch, ExpectedLatency,
+                                build_relaxed, latency_loss)
 from nas.report import read_csv
 from nas.rundir import RunDir
 from nas.search import build_task_and_space
@@ -19,56 +19,87 @@ from search_spaces import build_space
 
 SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
 LUT = f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}"
-COST_SOURCES = [LUT, "vpunn:VPU_2_7"]
+VPUNN = "vpunn:VPU_2_7"
+#: family -> (config whose space section is used, space overrides, input shape, outputs, batch shape, cost sources)
+FAMILIES = {
+    "mobilenet": (SMOKE, [], (1, 28, 28), 10, (4, 1, 28, 28), [LUT, VPUNN]),
+    "resnet": (str(CONFIGS / "fmnist_resnet_smoke.yaml"), [], (1, 28, 28), 10, (4, 1, 28, 28), [VPUNN]),
+    "edsr": (str(CONFIGS / "sr_edsr_x2_smoke.yaml"), ["space.global_skips=[none, bicubic]"], (3, 16, 24), 3,
+             (2, 3, 12, 12), [VPUNN]),
+}
+COSTED = [(family, spec) for family, entry in FAMILIES.items() for spec in entry[-1]]
+#: choices that change no cost block (EDSR's residual scaling is folded into a conv's weights)
+COST_FREE = {"res_scale"}
 #: a tiny, fast version of the smoke run for the strategy's own tests
 TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200"]
 
 
-def dnas_config(*overrides, search: str = "{}", **search_keys):
+def dnas_config(*overrides, **search_keys):
     """The smoke config with the differentiable strategy; `search_keys` go into the search section."""
     section = {"strategy": "differentiable", "warmup_epochs": 0, "finetune_epochs": 0, **search_keys}
     return load_config(SMOKE, [f"search={json.dumps(section)}", *overrides])
 
 
 @pytest.fixture(scope="module")
-def space():
-    return build_space(load_config(SMOKE).space, input_shape=(1, 28, 28), num_outputs=10)
+def spaces():
+    out = {}
+    for family, (config, overrides, shape, outputs, *_) in FAMILIES.items():
+        out[family] = build_space(load_config(config, overrides).space, input_shape=shape, num_outputs=outputs)
+        assert out[family].family == family
+    return out
 
 
 @pytest.fixture(scope="module")
 def cost_models():
-    return {spec: load_cost_model(spec) for spec in COST_SOURCES}
+    return {spec: load_cost_model(spec) for spec in (LUT, VPUNN)}
 
 
 @pytest.fixture(scope="module")
-def latencies(space, cost_models):
-    relaxed = build_relaxed(space)
-    return {spec: ExpectedLatency(space, relaxed.cost_terms(), model) for spec, model in cost_models.items()}
+def latencies(spaces, cost_models):
+    """(family, cost source) -> ExpectedLatency, built once."""
+    cache = {}
+
+    def get(family, spec):
+        if (family, spec) not in cache:
+            space = spaces[family]
+            cache[family, spec] = ExpectedLatency(space, build_relaxed(space).cost_terms(), cost_models[spec])
+        return cache[family, spec]
+
+    return get
 
 
 def kind(label: str) -> str:
     return label.rsplit(".", 1)[-1]
 
 
-@pytest.mark.parametrize("spec", COST_SOURCES)
-def test_expected_latency_of_one_arch_is_its_cost_model_latency(space, cost_models, latencies, spec):
+def test_every_family_has_a_relaxation():
+    from search_spaces import SPACES
+
+    assert set(SPACES) <= set(FAMILIES) and set(FAMILIES) <= set(RELAXED_FAMILIES)
+
+
+@pytest.mark.parametrize("family, spec", COSTED)
+def test_expected_latency_of_one_arch_is_its_cost_model_latency(spaces, cost_models, latencies, family, spec):
+    space, model, latency = spaces[family], cost_models[spec], latencies(family, spec)
     arch_params = ArchParameters(space.choices)
     rng = np.random.default_rng(0)
     for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(6)]:
-        expected = float(latencies[spec](arch_params.one_hot(space.assignment_from_arch(arch))))
-        assert expected == pytest.approx(cost_models[spec].latency_ms(space.blocks(arch)), rel=1e-9)
-    uniform = float(latencies[spec](arch_params.probs()).detach())
-    sampled = np.mean([cost_models[spec].latency_ms(space.blocks(space.sample(rng))) for _ in range(1000)])
-    assert uniform == pytest.approx(sampled, rel=0.02)  # the exact expectation of uniformly sampled archs
+        expected = float(latency(arch_params.one_hot(space.assignment_from_arch(arch))))
+        assert expected == pytest.approx(model.latency_ms(space.blocks(arch)), rel=1e-9)
+    uniform = float(latency(arch_params.probs()).detach())
+    sampled = np.mean([model.latency_ms(space.blocks(space.sample(rng))) for _ in range(600)])
+    assert uniform == pytest.approx(sampled, rel=0.03)  # the exact expectation of uniformly sampled archs
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_one_hot_gates_run_exactly_the_supernet_arch(space, mode):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_hot_gates_run_exactly_the_supernet_arch(spaces, family, mode):
+    space = spaces[family]
     torch.manual_seed(0)
     relaxed = build_relaxed(space)
     getattr(relaxed.supernet, mode)()
     arch_params = ArchParameters(space.choices)
-    x = torch.randn(4, 1, 28, 28)
+    x = torch.randn(*FAMILIES[family][4])
     rng = np.random.default_rng(1)
     for arch in [space.largest(), space.smallest(), space.sample(rng), space.sample(rng)]:
         torch.manual_seed(1)  # the same dropout mask in train mode
@@ -79,8 +110,9 @@ def test_one_hot_gates_run_exactly_the_supernet_arch(space, mode):
 
 
 @pytest.mark.parametrize("relaxation", RELAXATIONS)
-@pytest.mark.parametrize("spec", COST_SOURCES)
-def test_every_arch_parameter_gets_a_latency_gradient(space, latencies, relaxation, spec):
+@pytest.mark.parametrize("family, spec", COSTED)
+def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family, spec, relaxation):
+    space = spaces[family]
     torch.manual_seed(0)
     relaxed = build_relaxed(space)
     arch_params = ArchParameters(space.choices)
@@ -88,22 +120,21 @@ def test_every_arch_parameter_gets_a_latency_gradient(space, latencies, relaxati
         for logit in arch_params.logits:
             logit.normal_(0, 0.5)
     gates = arch_params.gates(relaxation, tau=1.0, generator=torch.Generator().manual_seed(0))
-    task_loss = torch.nn.functional.cross_entropy(relaxed(torch.randn(8, 1, 28, 28), gates), torch.arange(8))
-    expected = latencies[spec](arch_params.probs())
+    task_loss = relaxed(torch.randn(*FAMILIES[family][4]), gates).square().mean()
+    expected = latencies(family, spec)(arch_params.probs())
     labels = [c.label for c in arch_params.searched]
-    assert {kind(label) for label in labels} == {"depth", "kernel", "expand"}
     reference = float(expected.detach())
     for form in ({"loss": "additive", "latency_lambda": 1.0},
                  {"loss": "multiplicative", "target_ms": reference / 2, "beta": 1.0}):
-        search_config = dnas_config(**form).search
-        term = latency_loss(task_loss.detach(), expected, search_config, reference)
-        grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True)
-        zero = [label for label, g in zip(labels, grads) if not torch.all(g.abs() > 0)]
-        assert not zero, f"{form['loss']}: no latency gradient for {zero}"
+        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search, reference)
+        grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True, allow_unused=True)
+        zero = {label for label, g in zip(labels, grads) if g is None or not torch.all(g.abs() > 0)}
+        assert {kind(label) for label in zero} <= COST_FREE, f"{form['loss']}: no latency gradient for {zero}"
+        assert {kind(label) for label in labels} - COST_FREE  # the latency gradient reaches some kind
     # the task loss reaches every kind of choice through the gates too (depth included)
     grads = torch.autograd.grad(task_loss, list(arch_params.logits))
     reached = {kind(label) for label, g in zip(labels, grads) if g.abs().sum() > 0}
-    assert reached == {"depth", "kernel", "expand"}
+    assert reached == {kind(label) for label in labels}
 
 
 @pytest.fixture(scope="module")

@@ -64,25 +64,13 @@ class RelaxedMobileNet(RelaxedSupernet):
         return net.head(x)
 
     def cost_terms(self) -> list[CostTerm]:
-        space = self.space
-        full = {"depth": [max(st.depths) for st in space.config.stages]}
-        template = {**full, "kernel": [[space.kernels[0]] * d for d in full["depth"]],
-                    "expand": [[space.expands[0]] * d for d in full["depth"]]}
-        blocks = space.blocks(template)
-        searched_start = 1 + (1 if space.config.first_width else 0)
-        terms = [CostTerm((), lambda v: blocks[:searched_start] + blocks[-1:])]
-        position = searched_start
-        for s, depth in enumerate(full["depth"]):
-            for b in range(depth):
-                def block_at(values, s=s, b=b, position=position):
-                    if values[f"s{s}.depth"] <= b:
-                        return []
-                    arch = {"depth": full["depth"], "kernel": [list(k) for k in template["kernel"]],
-                            "expand": [list(e) for e in template["expand"]]}
-                    arch["kernel"][s][b] = values[f"s{s}.b{b}.kernel"]
-                    arch["expand"][s][b] = values[f"s{s}.b{b}.expand"]
-                    return [space.blocks(arch)[position]]
-
-                terms.append(CostTerm((f"s{s}.depth", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"), block_at))
+        largest = self.space.blocks(self.space.largest())
+        fixed = 1 + (1 if self.space.config.first_width else 0)  # stem (and the fixed first block)
+        terms = [CostTerm((), lambda values: largest[:fixed] + largest[-1:])]
+        position = fixed
+        for s, blocks in enumerate(self.supernet.stages):
+            for b in range(len(blocks)):
+                terms.append(self.block_term(position, (f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"),
+                                             depth=(f"s{s}.depth", b)))
                 position += 1
         return terms

@@ -194,6 +194,24 @@ class RelaxedSupernet(nn.Module, ABC):
     def cost_terms(self) -> list[CostTerm]:
         """The space's latency split into terms over few choices each (see `CostTerm`)."""
 
+    def block_term(self, position: int, labels: tuple[str, ...], depth: Optional[tuple[str, int]] = None) -> CostTerm:
+        """The term of the block at `position` of the largest arch's blocks, as a function of `labels`.
+
+        The block is taken from `space.blocks` of the largest arch with `labels` set to the term's values (so the
+        block keys are the family's own). With `depth = (label, index)` the block runs only when that depth
+        choice exceeds `index` (it costs nothing otherwise).
+        """
+        space = self.space
+        template = space.assignment_from_arch(space.largest())
+
+        def blocks(values: dict) -> list[Block]:
+            if depth is not None and values[depth[0]] <= depth[1]:
+                return []
+            chosen = {k: v for k, v in values.items() if depth is None or k != depth[0]}
+            return [space.blocks(space.arch_from_assignment({**template, **chosen}))[position]]
+
+        return CostTerm(tuple(labels) + ((depth[0],) if depth is not None else ()), blocks)
+
 
 RELAXED_FAMILIES: dict[str, type[RelaxedSupernet]] = {}
 

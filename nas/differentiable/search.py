@@ -134,7 +134,8 @@ class DifferentiableSearch:
 
     Args:
         space / task / cost_model: what the run searches, on what, with which latency source.
-        train: the weight-training recipe (`train.epochs` passes over the weight split in all).
+        train: the weight-training recipe (`train.epochs` passes over the weight split in all; the sandwich
+            settings `sandwich_random` and `distill` belong to `SupernetTrainer` and play no part here).
         config: `DifferentiableConfig`.
         seed: run seed (initial weights, data split, gate samples, dropout).
         checkpoint_path: file of the whole state; loaded when it exists. It holds the supernet weights under
@@ -147,6 +148,9 @@ class DifferentiableSearch:
         from timm.optim import create_optimizer_v2
         from timm.scheduler import create_scheduler_v2
 
+        if train.ema_decay > 0:
+            raise ConfigError("train.ema_decay: the differentiable strategy keeps no weight EMA (the derived arch is "
+                              "fine-tuned instead); set it to 0")
         if config.warmup_epochs >= train.epochs:
             raise ConfigError(f"search.warmup_epochs ({config.warmup_epochs}) must be below train.epochs "
                              f"({train.epochs}): no epoch would search")

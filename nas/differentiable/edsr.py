@@ -1,0 +1,70 @@
+"""The EDSR-style space (`search_spaces.edsr`) under gates: width masks, superkernels, block-count mixing.
+
+Every conv runs at the largest width and kernel: its kernel is the gate-weighted sum of centred k x k masks
+(Single-Path NAS: Stamoulis et al., 2019, https://arxiv.org/abs/1904.02877) and its output is multiplied by
+the gate-weighted prefix mask of the feature width (FBNetV2: Wan et al., CVPR 2020,
+https://arxiv.org/abs/2004.05565); an upsampler conv's r^2 x width outputs are masked channel group by channel
+group, so that after the pixel shuffle the mask is the width's again. The residual scaling is the gate-weighted
+sum of its values, the global skip adds the bicubic upscaling weighted by its gate, and the body output is mixed
+over the searched block counts. One-hot gates compute exactly the sliced subnet.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from search_spaces.edsr import EdsrSpace
+
+from .relaxation import CostTerm, RelaxedSupernet, register_relaxed
+
+__all__ = ["RelaxedEdsr"]
+
+
+@register_relaxed("edsr")
+class RelaxedEdsr(RelaxedSupernet):
+    """`EdsrSupernet` under gates (see the module docstring)."""
+
+    def __init__(self, space: EdsrSpace, supernet):
+        super().__init__(space, supernet)
+        channels = torch.arange(max(space.widths))
+        self.register_buffer("width_mask", torch.stack([(channels < c).float() for c in space.widths]),
+                             persistent=False)
+        kmax = max(space.kernels)
+        self.register_buffer("kernel_mask", torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4)
+                                                         for k in space.kernels]), persistent=False)
+        self.register_buffer("res_scales", torch.tensor(space.res_scales), persistent=False)
+        self.register_buffer("skip_on", torch.tensor([float(s == "bicubic") for s in space.skips]), persistent=False)
+
+    @staticmethod
+    def _conv(conv, x: torch.Tensor, kernel_mask: torch.Tensor | None = None) -> torch.Tensor:
+        weight = conv.weight if kernel_mask is None else conv.weight * kernel_mask
+        return F.conv2d(x, weight, conv.bias, conv.stride, conv.max_kernel // 2)
+
+    def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
+        net, depths = self.supernet, self.space.depths
+        mask = gates["channels"] @ self.width_mask
+        m = mask.view(1, -1, 1, 1)
+        res_scale = gates["res_scale"] @ self.res_scales
+        h = self._conv(net.head, x) * m
+        y, mixed = h, 0
+        for b, block in enumerate(net.blocks):
+            kmask = torch.einsum("k,kij->ij", gates[f"b{b}.kernel"], self.kernel_mask)
+            r = self._conv(block.conv2, F.relu(self._conv(block.conv1, y, kmask)) * m, kmask) * m
+            y = y + r * res_scale
+            if b + 1 in depths:
+                mixed = mixed + gates["blocks"][depths.index(b + 1)] * y
+        y = self._conv(net.body_end, mixed) * m + h
+        for conv, scale in zip(net.upsampler, net.stages):
+            up_mask = mask.repeat_interleave(scale * scale).view(1, -1, 1, 1)
+            y = F.pixel_shuffle(self._conv(conv, y) * up_mask, scale)
+        return self._conv(net.tail, y) + (gates["global_skip"] @ self.skip_on) * net.skip(x)
+
+    def cost_terms(self) -> list[CostTerm]:
+        space, n = self.space, max(self.space.depths)
+        # positions in the largest arch's blocks: head, n residual blocks, body end, upsampler, tail, [skip]
+        terms = [self.block_term(position, ("channels",)) for position in (0, n + 1, n + 2, n + 3)]
+        terms += [self.block_term(1 + b, ("channels", f"b{b}.kernel"), depth=("blocks", b)) for b in range(n)]
+        largest = space.assignment_from_arch(space.largest())
+        terms.append(CostTerm(("global_skip",), lambda values: space.blocks(space.arch_from_assignment(
+            {**largest, **values}))[n + 4:]))
+        return terms
