@@ -57,9 +57,6 @@ class ArchParameters(nn.Module):
         self.searched = [c for c in self.choices if len(c.values) > 1]
         self.logits = nn.ParameterList([nn.Parameter(torch.zeros(len(c.values))) for c in self.searched])
 
-    def logit(self, label: str) -> torch.Tensor:
-        return self.logits[[c.label for c in self.searched].index(label)]
-
     def probs(self, sharpness: float = 1.0) -> dict[str, torch.Tensor]:
         """label -> probabilities softmax(sharpness * logits) (differentiable)."""
         out = {c.label: torch.ones(1) for c in self.choices if len(c.values) == 1}
@@ -148,7 +145,7 @@ class ExpectedLatency(nn.Module):
         latency = dict(zip(keys, cost_model.block_latencies_ms([unique[k] for k in keys]))) if keys else {}
         self.labels: list[tuple[str, ...]] = []
         fixed = 0.0
-        for i, (labels, shape, cells) in enumerate(per_term):
+        for labels, shape, cells in per_term:
             table = np.array([sum(latency[k] for k in cell) for cell in cells], dtype=np.float64).reshape(shape)
             if not labels:
                 fixed += float(table)
@@ -158,7 +155,6 @@ class ExpectedLatency(nn.Module):
         largest = space.blocks(space.largest())
         self.overhead_ms = cost_model.latency_ms(largest) - float(np.sum(cost_model.block_latencies_ms(largest)))
         self.fixed_ms = fixed + self.overhead_ms
-        self.cost_model_name = cost_model.name
         logger.info("expected latency: %d cost terms, %d distinct blocks costed on %s", len(terms), len(keys),
                     cost_model.name)
 
