@@ -38,7 +38,8 @@ class ClassificationConfig:
         train_size: train on a fixed random subset of this many images (0 = the whole training split).
         label_smoothing: of the cross-entropy loss (timm's LabelSmoothingCrossEntropy).
         calib_images: training images (un-augmented) used to recalibrate batch norm of a subnet.
-        eval_images: evaluate on the first N images of a split (0 = all).
+        eval_images: score search candidates on the first N images of the val split (0 = all of it); the
+            test split is always scored whole.
     """
 
     type: str = "classification"
@@ -157,7 +158,8 @@ class ClassificationTask:
         source = {"val": self.val, "test": self.test}[split]
         model.eval()
         correct = total = 0
-        for x, y in iterate_eval(source, self.config.eval_batch_size, self.config.eval_images or None):
+        limit = (self.config.eval_images or None) if split == "val" else None
+        for x, y in iterate_eval(source, self.config.eval_batch_size, limit):
             correct += int((model(x).argmax(dim=1) == y).sum())
             total += len(y)
         return 100.0 * correct / total
