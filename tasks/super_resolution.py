@@ -5,6 +5,7 @@ folders) or, offline, from the real photos bundled with scikit-image (`SKIMAGE_S
 converted to 8-bit RGB (grayscale replicated, alpha dropped, 16-bit scaled), cropped at the bottom / right to a
 multiple of the scale ("mod crop"), and downscaled by MATLAB's `imresize(HR, 1/scale)` (bicubic, a = -0.5, kernel
 widened by the scale: antialiasing), the degradation DIV2K's LR images and every bicubic SR benchmark use.
+Images are held in memory as uint8 (DIV2K's 800 training images at x2: about 7 GB HR plus 1.7 GB LR).
 
 Training samples random LR patches with the aligned HR patches, each under one of the 8 flips / rotations, all
 drawn from the batch seed (so a resumed run sees the same batches); the loss is L1 (EDSR).
@@ -278,7 +279,8 @@ class SuperResolutionConfig:
         scale: upscaling factor, 2, 3 or 4 (must match the space's).
         dataset: `skimage` (offline default: `SKIMAGE_SPLITS`) or `folders` (HR images in `root`/`train_dir`,
             `root`/`val_dir`, `root`/`test_dir`, e.g. DIV2K_train_HR, DIV2K_valid_HR, benchmark/Set14/HR).
-        root: base folder of the three folders (relative to the config file); absolute folders ignore it.
+        root: base folder of the three folders (relative to the config file; empty: the working directory);
+            absolute folders ignore it.
         train_dir / val_dir / test_dir: HR image folders; `val` ranks archs in the search, `test` is reported.
         patch_size: LR patch side for training (the HR patch is `scale` times larger).
         batch_size: patches per step.

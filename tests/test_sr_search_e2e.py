@@ -2,6 +2,7 @@
 import json
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,3 +110,24 @@ def test_baseline_config_errors_name_the_baseline(tmp_path):
     ctx.task = SimpleNamespace(metric="top1")
     with pytest.raises(ConfigError, match="needs a super-resolution task"):
         bicubic(ctx, None, {"name": "b", "type": "bicubic"})
+
+
+def test_default_config_switches_to_div2k_style_folders(tmp_path):
+    """The documented switch: task.dataset=folders with train / val / test folders of HR images."""
+    from skimage import io
+
+    rng = np.random.default_rng(0)
+    for folder, n in (("DIV2K/DIV2K_train_HR", 2), ("DIV2K/DIV2K_valid_HR", 1), ("benchmark/Set14/HR", 2)):
+        (tmp_path / folder).mkdir(parents=True)
+        for i in range(n):
+            io.imsave(str(tmp_path / folder / f"{i:04d}.png"), rng.integers(0, 256, (61, 83, 3)).astype(np.uint8),
+                      check_contrast=False)
+    config = load_config(CONFIGS / "sr_edsr_x2.yaml", [
+        "task.dataset=folders", f"task.root={tmp_path}", "task.train_dir=DIV2K/DIV2K_train_HR",
+        "task.val_dir=DIV2K/DIV2K_valid_HR", "task.test_dir=benchmark/Set14/HR"])
+    task, space = build_task_and_space(config)
+    assert (len(task.train.images), len(task.val), len(task.test)) == (2, 1, 2)
+    assert task.test[0].hr.shape == (60, 82, 3) and task.test[0].lr.shape == (30, 41, 3)
+    _, lr, hr = next(task.train_batches(0))
+    net = space.build_supernet().extract(space.smallest())
+    assert net(lr).shape == hr.shape
