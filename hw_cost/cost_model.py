@@ -1,6 +1,7 @@
 """The cost-model interface every latency source implements, and `load_cost_model` to pick one by name."""
 from __future__ import annotations
 
+import functools
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -33,7 +34,13 @@ class Block:
     build: Callable[[], nn.Module] = field(compare=False, repr=False)
 
     def layers(self, dtype: str = "uint8") -> list[LayerSpec]:
-        return extract_layers(self.build(), self.input_shape, dtype=dtype)
+        """The block's layer descriptors (cached per key, input shape and dtype: keys name the whole block)."""
+        return list(_block_layers(self, dtype))
+
+
+@functools.lru_cache(maxsize=8192)
+def _block_layers(block: Block, dtype: str) -> tuple[LayerSpec, ...]:
+    return tuple(extract_layers(block.build(), block.input_shape, dtype=dtype))
 
 
 def layers_as_blocks(layers: Sequence[LayerSpec]) -> list[Block]:

@@ -122,8 +122,9 @@ def build_report(run_dir: RunDir) -> None:
     front = sorted((r for r in rows if r["is_pareto"] == "True"), key=lambda r: float(r["latency_ms"]))
     config_text = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
     columns = ["id", metric, f"test_{metric}", "latency_ms", "params", "macs", "arch"]
-    base_columns = [c for c in ("name", metric, f"test_{metric}", "latency_ms", "params", "macs", "note")
-                    if baselines and c in baselines[0]]
+    base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]
+    base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
+    base_columns += [c for c in ("latency_ms", "params", "macs", "note") if baselines and c in baselines[0]]
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vpunas run {html.escape(run_dir.path.name)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:75em}}table{{border-collapse:collapse;font-size:0.85em}}
 td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}td:last-child{{text-align:left;font-family:monospace}}
