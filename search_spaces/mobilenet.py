@@ -20,21 +20,12 @@ import torch.nn as nn
 from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .common import ClassifierHead, ConvBnAct, StageConfig, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 
-__all__ = ["MobileNetSpaceConfig", "StageConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
-           "ConvBnAct", "ClassifierHead"]
+__all__ = ["MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual", "MobileNet"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
-
-
-@dataclass
-class StageConfig:
-    """One stage: output width, stride of its first block, and the depths searched."""
-
-    width: int = 32
-    stride: int = 1
-    depths: list[int] = field(default_factory=lambda: [2, 3, 4])
 
 
 @dataclass
@@ -64,17 +55,6 @@ class MobileNetSpaceConfig:
 
 
 # ------------------------------------------------------------------------------------------ static modules
-class ConvBnAct(nn.Sequential):
-    """Conv + batch norm + optional activation, padding k // 2."""
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1, groups: int = 1,
-                 act_layer: type[nn.Module] | None = nn.ReLU6):
-        super().__init__(
-            nn.Conv2d(in_channels, out_channels, kernel_size, stride, kernel_size // 2, groups=groups, bias=False),
-            nn.BatchNorm2d(out_channels),
-            act_layer() if act_layer is not None else nn.Identity())
-
-
 class InvertedResidual(nn.Module):
     """MobileNetV2 block: 1x1 expand, k x k depthwise, 1x1 project; identity shortcut when shapes allow."""
 
@@ -91,20 +71,6 @@ class InvertedResidual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.project(self.depthwise(self.expand(x)))
         return x + out if self.use_shortcut else out
-
-
-class ClassifierHead(nn.Module):
-    """Optional 1x1 conv, global average pooling, dropout, linear classifier."""
-
-    def __init__(self, in_channels: int, head_width: int, num_classes: int, *, dropout: float,
-                 act_layer: type[nn.Module]):
-        super().__init__()
-        self.conv = ConvBnAct(in_channels, head_width, 1, act_layer=act_layer) if head_width else nn.Identity()
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(head_width or in_channels, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
 
 
 class MobileNet(nn.Module):
@@ -186,7 +152,7 @@ class MobileNetSupernet(Supernet):
             self.stages.append(blocks)
         self.head = ClassifierHead(in_ch, cfg.head_width, space.num_outputs, dropout=cfg.dropout, act_layer=act)
         self.depths = [max(s.depths) for s in cfg.stages]
-        self.apply(_init_weights)
+        self.apply(init_weights)
 
     def set_active(self, arch: dict) -> None:
         arch = self.space.validate(arch)
@@ -209,14 +175,6 @@ class MobileNetSupernet(Supernet):
             blocks += [block.extract() for block in stage_blocks[:depth]]
         net = MobileNet(copy.deepcopy(self.stem), blocks, copy.deepcopy(self.head))
         return net.train(self.training)
-
-
-def _init_weights(m: nn.Module) -> None:
-    if isinstance(m, nn.Conv2d):
-        nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-    elif isinstance(m, nn.Linear):
-        nn.init.normal_(m.weight, 0, 0.01)
-        nn.init.zeros_(m.bias)
 
 
 # ------------------------------------------------------------------------------------------ the space

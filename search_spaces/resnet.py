@@ -29,7 +29,7 @@ from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
-from .mobilenet import ClassifierHead, ConvBnAct, StageConfig
+from .common import ClassifierHead, ConvBnAct, StageConfig, init_weights
 
 __all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "ResidualBlock", "BLOCK_TYPES"]
 
@@ -209,7 +209,7 @@ class ResNetSupernet(Supernet):
                 in_ch = out_ch
             self.stages.append(blocks)
         self.head = ElasticClassifierHead(in_ch, space.num_outputs, dropout=cfg.dropout)
-        self.apply(_init_weights)
+        self.apply(init_weights)
         self.depths: list[int] = []
         self.out_width = in_ch
         self.set_active(space.largest())
@@ -238,14 +238,6 @@ class ResNetSupernet(Supernet):
                   for block in stage_blocks[:depth]]
         net = ResNet(copy.deepcopy(self.stem), blocks, self.head.extract(self.out_width))
         return net.train(self.training)
-
-
-def _init_weights(m: nn.Module) -> None:
-    if isinstance(m, nn.Conv2d):
-        nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
-    elif isinstance(m, nn.Linear):
-        nn.init.normal_(m.weight, 0, 0.01)
-        nn.init.zeros_(m.bias)
 
 
 # ------------------------------------------------------------------------------------------ the space

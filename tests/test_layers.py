@@ -1,5 +1,4 @@
 import pytest
-import torch
 import torch.nn as nn
 import torchvision
 

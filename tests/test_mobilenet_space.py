@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from search_spaces import ArchError, arch_key, build_space, space_config_class
-from search_spaces.mobilenet import MobileNetSpaceConfig, StageConfig
+from search_spaces.common import StageConfig
+from search_spaces.mobilenet import MobileNetSpaceConfig
 
 
 def small_space(**overrides):

@@ -6,7 +6,7 @@ import torch
 
 from hw_cost import extract_layers
 from search_spaces import ArchError, build_space, space_config_class
-from search_spaces.mobilenet import StageConfig
+from search_spaces.common import StageConfig
 from search_spaces.resnet import ResNetSpaceConfig
 
 RATIOS = {"bottleneck": [0.25, 0.5, 0.75], "basic": [0.5, 0.75, 1.0]}
