@@ -9,6 +9,8 @@ import argparse
 import logging
 import sys
 
+from .runtime import keep_freed_memory
+
 __all__ = ["main", "build_parser"]
 
 
@@ -51,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    keep_freed_memory()
     try:
         return int(args.handler(args) or 0)
     except _user_errors() as exc:

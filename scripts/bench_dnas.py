@@ -20,6 +20,7 @@ import torch
 
 from hw_cost import load_cost_model
 from nas.config import load_config
+from nas.runtime import keep_freed_memory
 from nas.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
 from nas.search import build_task_and_space
 from nas.supernet_training import SupernetTrainer
@@ -38,6 +39,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the vpunas command does
 
     config = load_config(args.config)
     task, space = build_task_and_space(config)

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from nas.config import load_config
+from nas.runtime import keep_freed_memory
 from nas.search import build_task_and_space
 from nas.supernet_training import to_channels_last
 
@@ -37,6 +38,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as the vpunas command does
     torch.manual_seed(0)
 
     config = load_config(args.config)

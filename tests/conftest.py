@@ -1,4 +1,5 @@
-"""Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there) and one torch thread."""
+"""Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there), one torch thread and
+the allocator setting of the CLI (`nas.runtime`)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,10 @@ os.environ.setdefault("NNI_EXPERIMENT_DIR", os.path.join(_home, "nni-experiments
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _one_thread():
+def _process_settings():
     import torch
 
+    from nas.runtime import keep_freed_memory
+
     torch.set_num_threads(1)
+    keep_freed_memory()
