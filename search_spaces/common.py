@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "init_weights"]
+__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights"]
 
 
 @dataclass
@@ -42,6 +42,17 @@ class ClassifierHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
+
+
+class StemBlocksHead(nn.Module):
+    """A standalone classification network: stem, a sequence of blocks, head."""
+
+    def __init__(self, stem: nn.Module, blocks: list[nn.Module], head: nn.Module):
+        super().__init__()
+        self.stem, self.blocks, self.head = stem, nn.Sequential(*blocks), head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(self.stem(x)))
 
 
 def init_weights(m: nn.Module) -> None:

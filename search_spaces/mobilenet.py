@@ -20,7 +20,7 @@ import torch.nn as nn
 from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
-from .common import ClassifierHead, ConvBnAct, StageConfig, init_weights
+from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 
 __all__ = ["MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual", "MobileNet"]
@@ -73,15 +73,8 @@ class InvertedResidual(nn.Module):
         return x + out if self.use_shortcut else out
 
 
-class MobileNet(nn.Module):
+class MobileNet(StemBlocksHead):
     """A standalone network of the space: stem, blocks, head."""
-
-    def __init__(self, stem: nn.Module, blocks: list[nn.Module], head: nn.Module):
-        super().__init__()
-        self.stem, self.blocks, self.head = stem, nn.Sequential(*blocks), head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)))
 
 
 # ------------------------------------------------------------------------------------------ elastic modules

@@ -29,7 +29,7 @@ from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
-from .common import ClassifierHead, ConvBnAct, StageConfig, init_weights
+from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
 
 __all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "ResidualBlock", "BLOCK_TYPES"]
 
@@ -115,15 +115,8 @@ def build_stem(in_channels: int, widths: list[int], stride: int, pool: bool) -> 
     return nn.Sequential(*layers)
 
 
-class ResNet(nn.Module):
+class ResNet(StemBlocksHead):
     """A standalone network of the space: stem, blocks, head."""
-
-    def __init__(self, stem: nn.Module, blocks: list[nn.Module], head: nn.Module):
-        super().__init__()
-        self.stem, self.blocks, self.head = stem, nn.Sequential(*blocks), head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.blocks(self.stem(x)))
 
 
 # ------------------------------------------------------------------------------------------ elastic modules

@@ -61,14 +61,11 @@ def dtype_bytes(dtype_codes) -> np.ndarray:
 
 
 def sanitize(m: np.ndarray) -> np.ndarray:
-    """The changes `VPUCostModel::sanitize_workload` applies before validation (§5), on a copy."""
-    s = np.array(m, dtype=np.float64, order="F")
-    a = _cols(s)
-    dev, op = a[:, F.device], a[:, F.operation]
-    s[op == _AVEPOOL, F.operation] = _DW
-    to_cm = (dev >= _V27) & (op == _CONV) & (a[:, F.in_c] >= 1) & (a[:, F.in_c] < 16)
-    s[to_cm, F.operation] = _CM
-    op = s[:, F.operation].astype(np.int64)
+    """The changes `VPUCostModel::sanitize_workload` applies before validation (§5), on a copy: the layer model's
+    fixups, then channel, data type and layout rules."""
+    s = layer_fixups(m)
+    a = _cols(m)
+    dev, op = a[:, F.device], s[:, F.operation].astype(np.int64)
     same_c = ((op == _ELT) | (op == _DW) | (op == _MAXPOOL)) & (a[:, F.out_c] >= 16) & (a[:, F.in_c] != a[:, F.out_c])
     s[same_c, F.in_c] = s[same_c, F.out_c]
     for col in (F.in_dtype, F.out_dtype):
@@ -82,8 +79,6 @@ def sanitize(m: np.ndarray) -> np.ndarray:
         s[v20 & (lay == _LAYOUT.XYZ), col] = _LAYOUT.CMAJOR
         s[v27 & (lay == _LAYOUT.ZMAJOR), col] = _LAYOUT.ZXY
         s[v27 & (lay == _LAYOUT.CMAJOR), col] = _LAYOUT.XYZ
-    for col in (F.in_swizzling0, F.in_swizzling1, F.out_swizzling0):
-        s[v20, col] = 0
     return s
 
 

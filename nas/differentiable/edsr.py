@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from search_spaces.edsr import EdsrSpace
 
-from .relaxation import CostTerm, RelaxedSupernet, register_relaxed
+from .relaxation import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks, register_relaxed
 
 __all__ = ["RelaxedEdsr"]
 
@@ -26,12 +26,8 @@ class RelaxedEdsr(RelaxedSupernet):
 
     def __init__(self, space: EdsrSpace, supernet):
         super().__init__(space, supernet)
-        channels = torch.arange(max(space.widths))
-        self.register_buffer("width_mask", torch.stack([(channels < c).float() for c in space.widths]),
-                             persistent=False)
-        kmax = max(space.kernels)
-        self.register_buffer("kernel_mask", torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4)
-                                                         for k in space.kernels]), persistent=False)
+        self.register_buffer("width_mask", prefix_masks(space.widths, max(space.widths)), persistent=False)
+        self.register_buffer("kernel_mask", centred_kernel_masks(space.kernels), persistent=False)
         self.register_buffer("res_scales", torch.tensor(space.res_scales), persistent=False)
         self.register_buffer("skip_on", torch.tensor([float(s == "bicubic") for s in space.skips]), persistent=False)
 

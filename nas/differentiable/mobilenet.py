@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from search_spaces.mobilenet import MobileNetSpace
 
-from .relaxation import CostTerm, RelaxedSupernet, register_relaxed
+from .relaxation import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks, register_relaxed
 
 __all__ = ["RelaxedMobileNet"]
 
@@ -33,12 +33,10 @@ class RelaxedMobileNet(RelaxedSupernet):
         self.depths = [by_label[f"s{s}.depth"].values for s in range(len(supernet.stages))]
         for s, blocks in enumerate(supernet.stages):
             for b, block in enumerate(blocks):
-                max_mid, kmax = block.dw_conv.out_channels, block.dw_conv.max_kernel
-                channels = torch.arange(max_mid)
-                self.register_buffer(f"cmask_{s}_{b}", torch.stack(
-                    [(channels < block.mid_channels(e)).float() for e in space.expands]), persistent=False)
-                kernel = torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4) for k in space.kernels])
-                self.register_buffer(f"kmask_{s}_{b}", kernel, persistent=False)
+                mids = [block.mid_channels(e) for e in space.expands]
+                self.register_buffer(f"cmask_{s}_{b}", prefix_masks(mids, block.dw_conv.out_channels),
+                                     persistent=False)
+                self.register_buffer(f"kmask_{s}_{b}", centred_kernel_masks(space.kernels), persistent=False)
 
     def _block(self, s: int, b: int, x: torch.Tensor, kernel_gate: torch.Tensor, expand_gate: torch.Tensor):
         block = self.supernet.stages[s][b]

@@ -37,7 +37,7 @@ from ..config import ConfigError
 logger = logging.getLogger(__name__)
 
 __all__ = ["RELAXATIONS", "ArchParameters", "CostTerm", "ExpectedLatency", "RelaxedSupernet", "RELAXED_FAMILIES",
-           "register_relaxed", "build_relaxed"]
+           "register_relaxed", "build_relaxed", "prefix_masks", "centred_kernel_masks"]
 
 RELAXATIONS = ("gumbel", "proxyless")
 
@@ -207,6 +207,18 @@ class RelaxedSupernet(nn.Module, ABC):
             return [space.blocks(space.arch_from_assignment({**template, **chosen}))[position]]
 
         return CostTerm(tuple(labels) + ((depth[0],) if depth is not None else ()), blocks)
+
+
+def prefix_masks(widths, size: int) -> torch.Tensor:
+    """(len(widths), size): row i keeps the first widths[i] of `size` channels (channel slicing as a mask)."""
+    channels = torch.arange(size)
+    return torch.stack([(channels < w).float() for w in widths])
+
+
+def centred_kernel_masks(kernels) -> torch.Tensor:
+    """(len(kernels), kmax, kmax): row i keeps the centred kernels[i] x kernels[i] window (centre-cropped kernels)."""
+    kmax = max(kernels)
+    return torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4) for k in kernels])
 
 
 RELAXED_FAMILIES: dict[str, type[RelaxedSupernet]] = {}

@@ -13,14 +13,9 @@ import torch
 
 from search_spaces.resnet import ResNetSpace
 
-from .relaxation import CostTerm, RelaxedSupernet, register_relaxed
+from .relaxation import CostTerm, RelaxedSupernet, prefix_masks, register_relaxed
 
 __all__ = ["RelaxedResNet"]
-
-
-def _prefix_masks(widths, size: int) -> torch.Tensor:
-    channels = torch.arange(size)
-    return torch.stack([(channels < w).float() for w in widths])
 
 
 @register_relaxed("resnet")
@@ -33,9 +28,9 @@ class RelaxedResNet(RelaxedSupernet):
         self.depths = [by_label[f"s{s}.depth"].values for s in range(len(supernet.stages))]
         for s, blocks in enumerate(supernet.stages):
             widths = space.stage_widths(s)
-            self.register_buffer(f"out_mask_{s}", _prefix_masks(widths, max(widths)), persistent=False)
+            self.register_buffer(f"out_mask_{s}", prefix_masks(widths, max(widths)), persistent=False)
             max_mid = space.max_mid_width(s)
-            mids = _prefix_masks([space.mid_width(w, r) for w in widths for r in space.ratios], max_mid)
+            mids = prefix_masks([space.mid_width(w, r) for w in widths for r in space.ratios], max_mid)
             self.register_buffer(f"mid_mask_{s}", mids.view(len(widths), len(space.ratios), max_mid),
                                  persistent=False)
 
