@@ -23,7 +23,7 @@ import torch.nn as nn
 from search_spaces import ArchError, Supernet, arch_key
 
 from .config import ConfigError
-from .evaluation import ArchEvaluator, CachedEvaluator
+from .evaluation import ArchEvaluator, CachedEvaluator, complexity
 from .report import write_csv
 from .supernet_training import SupernetTrainer
 
@@ -58,8 +58,9 @@ def _test_scores(task, model: nn.Module) -> dict:
 def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     _check_keys(spec, {"name", "type", "arch"})
     arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
-    record = evaluator.evaluate(arch)
-    record.update(_test_scores(ctx.task, evaluator.subnet(arch)))
+    subnet = evaluator.subnet(arch)
+    record = evaluator.evaluate(arch, subnet)
+    record.update(_test_scores(ctx.task, subnet))
     record["note"] = "subnet with inherited weights"
     return record
 
@@ -115,12 +116,10 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt")
     trainer.train(progress=ctx.progress)
     model = trainer.trained_model.net.eval()
-    per_key = {b.key: b.layers(ctx.cost_model.dtype) for b in blocks}  # repeated blocks are extracted once
-    layers = [layer for block in blocks for layer in per_key[block.key]]
+    params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(model, "val")), 4),
             **_test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
-            "cost_model": ctx.cost_model.name, "params": sum(l.params for l in layers),
-            "macs": sum(l.macs for l in layers),
+            "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
             "note": f"{origin}, trained from scratch ({trainer.total_steps} steps, the supernet's recipe)"}
 
 

@@ -6,14 +6,20 @@ from typing import Callable
 
 import torch.nn as nn
 
-from hw_cost import CostModel
+from hw_cost import Block, CostModel
 from search_spaces import SearchSpace, Supernet, arch_key
 
 from .supernet_training import recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchEvaluator", "CachedEvaluator"]
+__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity"]
+
+
+def complexity(blocks: list[Block]) -> tuple[int, int]:
+    """(params, MACs) of the deployed network (batch norm folded), from its blocks' layer descriptors."""
+    layers = [layer for block in blocks for layer in block.layers()]
+    return sum(layer.params for layer in layers), sum(layer.macs for layer in layers)
 
 
 class ArchEvaluator:
@@ -27,7 +33,6 @@ class ArchEvaluator:
                  channels_last: bool = True):
         self.space, self.supernet, self.task, self.cost_model = space, supernet, task, cost_model
         self.channels_last = channels_last
-        self._block_complexity: dict[str, tuple[int, int]] = {}
 
     def subnet(self, arch: dict) -> nn.Module:
         """The standalone subnet of `arch` with inherited weights and recalibrated batch norm."""
@@ -39,24 +44,16 @@ class ArchEvaluator:
     def metric(self, arch: dict, split: str = "val") -> float:
         return float(self.task.evaluate(self.subnet(arch), split))
 
-    def complexity(self, arch: dict) -> tuple[int, int]:
-        """(params, MACs) of the deployed network (batch norm folded), from its layer descriptors."""
-        params = macs = 0
-        for block in self.space.blocks(arch):
-            if block.key not in self._block_complexity:
-                layers = block.layers()
-                self._block_complexity[block.key] = (sum(l.params for l in layers), sum(l.macs for l in layers))
-            p, m = self._block_complexity[block.key]
-            params, macs = params + p, macs + m
-        return params, macs
-
     def latency_ms(self, arch: dict) -> float:
         return self.cost_model.latency_ms(self.space.blocks(arch))
 
-    def evaluate(self, arch: dict) -> dict:
+    def evaluate(self, arch: dict, subnet: nn.Module | None = None) -> dict:
+        """The record of `arch`; `subnet` is its `self.subnet(arch)` when the caller already built it."""
         arch = self.space.validate(arch)
-        params, macs = self.complexity(arch)
-        return {"key": arch_key(arch), "arch": arch, self.task.metric: round(self.metric(arch), 4),
+        subnet = subnet if subnet is not None else self.subnet(arch)
+        params, macs = complexity(self.space.blocks(arch))
+        metric = float(self.task.evaluate(subnet, "val"))
+        return {"key": arch_key(arch), "arch": arch, self.task.metric: round(metric, 4),
                 "latency_ms": round(self.latency_ms(arch), 6), "cost_model": self.cost_model.name,
                 "params": params, "macs": macs}
 

@@ -2,6 +2,7 @@
 the allocator setting of the CLI (`nas.runtime`)."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -24,3 +25,15 @@ def _process_settings():
 
     torch.set_num_threads(1)
     keep_freed_memory()
+
+
+def sampled_archs(space, count: int = 20, seed: int = 0) -> list[dict]:
+    """`count` random archs of `space`, each checked to be plain JSON and to round-trip through its genes."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    archs = [space.sample(rng) for _ in range(count)]
+    for arch in archs:
+        assert json.loads(json.dumps(arch)) == arch
+        assert space.decode(space.encode(arch)) == arch
+    return archs

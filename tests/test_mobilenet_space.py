@@ -1,9 +1,8 @@
-import json
-
 import numpy as np
 import pytest
 import torch
 
+from conftest import sampled_archs
 from search_spaces import ArchError, arch_key, build_space, space_config_class
 from search_spaces.common import StageConfig
 from search_spaces.mobilenet import MobileNetSpaceConfig
@@ -24,11 +23,7 @@ def test_registry_lists_valid_names_on_unknown():
 
 def test_arch_is_plain_json_and_round_trips_through_genes():
     space = small_space()
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        arch = space.sample(rng)
-        assert json.loads(json.dumps(arch)) == arch
-        assert space.decode(space.encode(arch)) == arch
+    for arch in sampled_archs(space):
         assert all(len(k) == d for k, d in zip(arch["kernel"], arch["depth"]))
     assert space.largest() == {"depth": [2, 3], "kernel": [[7, 7], [7, 7, 7]], "expand": [[6, 6], [6, 6, 6]]}
     assert space.smallest() == {"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[3], [3, 3]]}

@@ -29,8 +29,7 @@ class RelaxedMobileNet(RelaxedSupernet):
 
     def __init__(self, space: MobileNetSpace, supernet):
         super().__init__(space, supernet)
-        by_label = {c.label: c for c in space.choices}
-        self.depths = [by_label[f"s{s}.depth"].values for s in range(len(supernet.stages))]
+        self.depths = self.stage_depths()
         for s, blocks in enumerate(supernet.stages):
             for b, block in enumerate(blocks):
                 mids = [block.mid_channels(e) for e in space.expands]

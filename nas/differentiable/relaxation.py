@@ -182,6 +182,11 @@ class RelaxedSupernet(nn.Module, ABC):
         super().__init__()
         self.space, self.supernet = space, supernet
 
+    def stage_depths(self) -> list[list[int]]:
+        """Per stage, the searched depths (the values of the `s{stage}.depth` choices)."""
+        values = {c.label: list(c.values) for c in self.space.choices}
+        return [values[f"s{s}.depth"] for s in range(len(self.supernet.stages))]
+
     @abstractmethod
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         """The output of the gate-weighted network; one-hot gates reproduce the supernet running that arch."""

@@ -24,8 +24,7 @@ class RelaxedResNet(RelaxedSupernet):
 
     def __init__(self, space: ResNetSpace, supernet):
         super().__init__(space, supernet)
-        by_label = {c.label: c for c in space.choices}
-        self.depths = [by_label[f"s{s}.depth"].values for s in range(len(supernet.stages))]
+        self.depths = self.stage_depths()
         for s, blocks in enumerate(supernet.stages):
             widths = space.stage_widths(s)
             self.register_buffer(f"out_mask_{s}", prefix_masks(widths, max(widths)), persistent=False)
