@@ -8,8 +8,8 @@
                                                                               -> layer_id,strategy,cycles,error
     vpunas vpunn dma   MODEL_FILE IN.csv -o OUT.csv                           -> id,cycles,error
 
-MODEL_FILE is a path, or a file name looked up in the model folder (--model-dir, $VPUNAS_VPUNN_DIR, or
-../shared/vpunn/models beside the project).
+MODEL_FILE is a path, or a file name looked up in the model folder (--model-dir, else $VPUNAS_VPUNN_DIR, else
+the files shipped in the package, hw_cost/vpunn/models).
 """
 from __future__ import annotations
 

@@ -6,8 +6,9 @@
 * `LayerModel`: whole layers split over tiles and into workloads (`dpu_layer`, `LayerRequest`).
 * `VpunnCostModel` / `load_vpunn_cost_model("VPU_2_7")`: latency of torch networks (`hw_cost.CostModel`).
 
-Behaviour follows ../shared/docs/vpunn-reference.md; the model files come from Intel's repository
-intel/npu-nn-cost-model (folder models/), found through `paths.find_model_dir`.
+Behaviour follows the official VPUNN runtime (the project's vpunn-reference.md design notes); the model files
+come from Intel's repository intel/npu-nn-cost-model (folder models/) and are shipped in `models/` here (see its
+NOTICE); `paths.find_model_dir` picks the folder ($VPUNAS_VPUNN_DIR or an explicit folder override it).
 """
 from .devices import DEVICES, DeviceConfig, device_config
 from .dma import DMAWorkload, DmaModel, dma_workload_from_row, theoretical_dma_cycles

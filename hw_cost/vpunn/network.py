@@ -65,7 +65,7 @@ _MAX_SPLIT_ROUNDS = 6
 
 #: options of `load_vpunn_cost_model`, with their meaning (unknown options are rejected)
 COST_MODEL_OPTIONS = {
-    "model_dir": "folder of .vpunn files (default: $VPUNAS_VPUNN_DIR or ../shared/vpunn/models)",
+    "model_dir": "folder of .vpunn files (default: $VPUNAS_VPUNN_DIR, else the files shipped with vpunas)",
     "dtype": "'uint8' (default) or 'fp16': the precision extract_layers gives the layers",
     "fast": "use the .fast model file (same as the '.fast' suffix)",
     "n_tiles": "tiles per layer (default 2 on VPU 2.7, 1 on VPU 2.0)",
