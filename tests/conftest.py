@@ -11,6 +11,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
+#: reference outputs of the official VPUNN runtime that the VPUNN tests compare against (a copy, see its README)
+VPUNN_VECTORS = REPO / "tests" / "data" / "vpunn-vectors"
 
 _home = tempfile.mkdtemp(prefix="vpunas-test-home-")
 os.environ["HOME"] = _home

@@ -10,11 +10,11 @@ import pytest
 
 import hw_cost.vpunn.paths as vpaths
 from hw_cost import CostModelError
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from nas import cost_cli
+from conftest import VPUNN_VECTORS
 
-MODELS, VECTORS = default_model_dir(), default_vectors_dir()
-pytestmark = pytest.mark.skipif(MODELS is None or VECTORS is None, reason="../shared VPUNN files not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 
 
 def run(*argv: str) -> int:

@@ -8,11 +8,11 @@ import pytest
 
 from hw_cost.vpunn import (DMADirection, DMAWorkload, DmaModel, VPUDevice, VpunnError, dma_workload_from_row,
                            error_name, theoretical_dma_cycles)
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
+from conftest import VPUNN_VECTORS
 
-MODELS, VECTORS = default_model_dir(), default_vectors_dir()
-pytestmark = pytest.mark.skipif(MODELS is None or VECTORS is None, reason="../shared VPUNN files not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 
 
 @pytest.fixture(scope="module")

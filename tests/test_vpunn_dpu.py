@@ -12,14 +12,14 @@ from hw_cost.vpunn import (DataType, DPUWorkload, DpuModel, ExecutionMode, ISISt
 from hw_cost.vpunn.descriptors import encode, first_unencodable
 from hw_cost.vpunn.dpu import UnencodableWorkload
 from hw_cost.vpunn.errors import ERROR_CODES, is_error
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
 from hw_cost.vpunn.sanitizer import check, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, workloads_to_matrix
+from conftest import VPUNN_VECTORS
 
-MODELS, VECTORS = default_model_dir(), default_vectors_dir()
-pytestmark = pytest.mark.skipif(MODELS is None or VECTORS is None, reason="../shared VPUNN files not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 STEM = {"VPU_2_0": "vpu_2_0", "VPU_2_7": "vpu_2_7"}
 
 

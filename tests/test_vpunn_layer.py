@@ -10,12 +10,12 @@ from hw_cost.vpunn import (ActivationFunction, DataType, DmaModel, DpuModel, Lay
                            VPUDevice, VPUTilingStrategy, dpu_layer)
 from hw_cost.vpunn.errors import ERROR_CODES
 from hw_cost.vpunn.layer import _halvings
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.tables import STRATEGY_NAMES
+from conftest import VPUNN_VECTORS
 
-MODELS, VECTORS = default_model_dir(), default_vectors_dir()
-pytestmark = pytest.mark.skipif(MODELS is None or VECTORS is None, reason="../shared VPUNN files not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 DEVICES = ("VPU_2_7", "VPU_2_0")
 
 

@@ -11,10 +11,10 @@ import torchvision
 import hw_cost.vpunn.paths as vpaths
 from hw_cost import Block, CostModelError, LayerSpec, extract_layers, load_cost_model
 from hw_cost.vpunn import Operation, VpunnCostModel, VpunnError, dpu_layer, load_vpunn_cost_model
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
+from conftest import VPUNN_VECTORS
 
-MODELS, VECTORS = default_model_dir(), default_vectors_dir()
-pytestmark = pytest.mark.skipif(MODELS is None or VECTORS is None, reason="../shared VPUNN files not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 
 
 @pytest.fixture(scope="module")

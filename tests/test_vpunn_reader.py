@@ -9,12 +9,11 @@ import pytest
 
 from hw_cost import CostModelError
 from hw_cost.vpunn import DmaModel, DpuModel, VpunnError, parse_model_name, read_vpunn
-from hw_cost.vpunn.paths import default_model_dir, default_vectors_dir
+from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import parse_vpunn
+from conftest import VPUNN_VECTORS
 
-MODELS = default_model_dir()
-VECTORS = default_vectors_dir()
-needs_models = pytest.mark.skipif(MODELS is None, reason="../shared/vpunn/models not present")
+MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 
 
 # -- a writer for synthetic files (the schema of vpunn-reference.md §1) --------------------------------------
@@ -216,7 +215,6 @@ SHIPPED = {  # vpunn-reference.md §2: (name, in/out versions, layer sizes, bias
 }
 
 
-@needs_models
 @pytest.mark.parametrize("file", sorted(SHIPPED))
 def test_shipped_files(file):
     name, vin, vout, sizes, bias, last_act, params = SHIPPED[file]
@@ -229,8 +227,6 @@ def test_shipped_files(file):
     assert net.n_params == params
 
 
-@needs_models
-@pytest.mark.skipif(VECTORS is None, reason="../shared/vpunn-vectors not present")
 @pytest.mark.parametrize("version, stem", [(10, "vpu_2_0"), (11, "vpu_2_7")])
 def test_forward_matches_official_raw_outputs(version, stem):
     with open(VECTORS / "vpunn_dpu.csv", newline="") as fh:
