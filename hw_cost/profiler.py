@@ -98,6 +98,25 @@ class OpenVinoProfiler:
         return LatencyStats(float(np.median(times)), float(np.percentile(times, 10)),
                             float(np.percentile(times, 90)), self.settings.repeats)
 
+    def measure_many(self, modules: list[nn.Module], input_shape, rounds: int = 10) -> list[LatencyStats]:
+        """Median latency of each of `modules`, measured interleaved: `rounds` rounds in which every module runs
+        `repeats / rounds` times, so that drift of a shared machine hits all of them alike."""
+        x = np.random.default_rng(0).standard_normal(tuple(input_shape)).astype(np.float32)
+        requests = [self._compile(m, input_shape).create_infer_request() for m in modules]
+        for request in requests:
+            self._timed(request, x, self.settings.warmup)
+        per_round = max(1, self.settings.repeats // rounds)
+        times: list[list[np.ndarray]] = [[] for _ in requests]
+        for _ in range(rounds):
+            for request, collected in zip(requests, times):
+                collected.append(self._timed(request, x, per_round))
+        stats = []
+        for collected in times:
+            all_times = np.concatenate(collected)
+            stats.append(LatencyStats(float(np.median(all_times)), float(np.percentile(all_times, 10)),
+                                      float(np.percentile(all_times, 90)), len(all_times)))
+        return stats
+
     def measure_block(self, module: nn.Module, input_shape, rounds: int = 5) -> dict:
         """Latency of a block as part of a network: its own inference time minus the fixed cost of an inference.
 

@@ -9,7 +9,7 @@ import argparse
 import logging
 import sys
 
-from .runtime import keep_freed_memory
+from .runtime import interrupt_on_sigterm, keep_freed_memory
 
 __all__ = ["main", "build_parser"]
 
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     keep_freed_memory()
+    interrupt_on_sigterm()
     try:
         return int(args.handler(args) or 0)
     except _user_errors() as exc:

@@ -28,12 +28,17 @@ def _search(args: argparse.Namespace) -> int:
 
     config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
     rows = run_search(config, run_dir, progress=not args.no_progress)
-    front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
     metric = next(m for m in ("top1", "psnr") if m in rows[0])
-    print(f"{len(rows)} architectures evaluated, {len(front)} on the Pareto front; results in {run_dir.path}/")
-    for r in front:
-        print(f"  id {r['id']:>4}  {metric} {r[metric]:7.3f}  test {r[f'test_{metric}']!s:>7}  "
-              f"latency {r['latency_ms']:.4f} ms  MACs {r['macs'] / 1e6:.2f}M")
+    front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
+    final = sorted((r for r in rows if r[f"final_{metric}"] != ""), key=lambda r: r["latency_ms"])
+    print(f"{len(rows)} architectures evaluated, {len(front)} on the Pareto front, {len(final)} finalised; "
+          f"results in {run_dir.path}/")
+    if final:
+        print(f"finalised (val / test {metric} after training; inherited val in brackets):")
+    for r in final or front:
+        scores = (f"{metric} {r[f'final_{metric}']:7.3f}  test {r[f'final_test_{metric}']:7.3f}  ({r[metric]:7.3f})"
+                  if final else f"{metric} {r[metric]:7.3f}  test {r[f'test_{metric}']!s:>7}")
+        print(f"  id {r['id']:>4}  {scores}  latency {r['latency_ms']:.4f} ms  MACs {r['macs'] / 1e6:.2f}M")
     return 0
 
 

@@ -1,8 +1,9 @@
 """Run configs: YAML files mapped onto the dataclasses of the components they configure.
 
-Sections with a `type` (task, space) or a `strategy` (search) are checked against the dataclass registered for
-that name; the others against fixed dataclasses. Unknown keys, wrong types and missing files fail with one
-line naming the key. Relative paths (data roots, latency tables) are resolved against the config file's folder.
+Sections with a `type` (task, space) are checked against the dataclass registered for that name; `search` holds
+a sub-section per strategy (`nas.strategies.SearchConfig`); the others are fixed dataclasses. Unknown keys,
+wrong types and missing files fail with one line naming the key. Relative paths (data roots, latency tables)
+are resolved against the config file's folder.
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class CostConfig:
     """Args:
         model: "vpunn:VPU_2_7", "vpunn:VPU_2_0" (fast variants "vpunn:VPU_2_7.fast", ...) or "lut:path.json".
         dtype: inference precision for VPUNN ("uint8" or "fp16"); a LUT carries its own.
-        model_dir: folder of the VPUNN model files (default: ../shared/vpunn/models or $VPUNAS_VPUNN_DIR).
+        model_dir: folder of the VPUNN model files (default: $VPUNAS_VPUNN_DIR, else the files shipped in
+            hw_cost/vpunn/models).
         measure_missing: measure blocks missing from a LUT on this machine instead of failing.
     """
 
@@ -65,10 +67,25 @@ def _task_configs() -> dict[str, type]:
     return {name: cfg for name, (cfg, _) in TASKS.items()}
 
 
-def _strategy_configs() -> dict[str, type]:
-    from .strategies import STRATEGIES
+def _search_config(raw: Any):
+    """The `search` section: `strategy`, one sub-section per strategy, `finalize` (see `SearchConfig`)."""
+    from .finalize import FinalizeConfig
+    from .strategies import STRATEGIES, SearchConfig
 
-    return {name: cfg for name, (cfg, _) in STRATEGIES.items()}
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError(f"search: expected a mapping, got {type(raw).__name__}")
+    valid = ["strategy", *STRATEGIES, "finalize"]
+    unknown = [k for k in raw if k not in valid]
+    if unknown:
+        raise ConfigError(f"search: unknown key '{unknown[0]}' (valid: {', '.join(valid)}); a strategy's settings "
+                          f"go in the sub-section of its name, e.g. search.evolution.{unknown[0]}")
+    strategy = raw.get("strategy", "evolution")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"search.strategy: unknown {strategy!r}; valid: {', '.join(sorted(STRATEGIES))}")
+    settings = {name: _structured(cls, raw.get(name), f"search.{name}") for name, (cls, _) in STRATEGIES.items()}
+    return SearchConfig(strategy=strategy, finalize=_structured(FinalizeConfig, raw.get("finalize"), "search.finalize"),
+                        **settings)
 
 
 @dataclass
@@ -191,7 +208,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     if getattr(task, "root", None):
         task.root = _resolve_path(task.root, base)
     space = _dispatch(top.space, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
-    search = _dispatch(top.search, "search", "strategy", _strategy_configs(), "evolution")
+    search = _search_config(top.search)
     cost = _structured(CostConfig, top.cost, "cost")
     kind, _, arg = cost.model.partition(":")
     if kind == "lut" and arg:

@@ -34,7 +34,6 @@ class EvolutionConfig:
         latency_limit_ms: archs slower than this are infeasible (constraint-domination); None = no limit.
     """
 
-    strategy: str = "evolution"
     population: int = 24
     generations: int = 10
     crossover_prob: float = 0.9

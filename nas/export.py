@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from .config import ConfigError, load_config
 from .evaluation import ArchEvaluator
+from .finalize import load_final_weights
 from .report import read_csv
 from .rundir import RunDir, atomic_write_text
 from .search import build_context
@@ -20,7 +21,7 @@ from .supernet_training import load_trained_supernet
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_arch", "FORMATS", "run_arch"]
+__all__ = ["export_arch", "deployable_model", "FORMATS", "run_arch"]
 
 FORMATS = {"torch": ".pt", "onnx": ".onnx", "openvino": ".xml"}
 
@@ -61,8 +62,18 @@ def _run_exported(fmt: str, path: Path, x: torch.Tensor) -> np.ndarray:
     return compiled([x.numpy()])[compiled.output(0)]
 
 
+def deployable_model(ctx, row: dict) -> tuple[nn.Module, bool]:
+    """(the model of a run's candidates.csv `row` in eval mode, whether its weights are finalised): finalised
+    weights when the arch was finalised, else inherited ones with batch norm recalibrated."""
+    supernet = load_trained_supernet(ctx.space, ctx.run_dir.supernet_checkpoint, ctx.config.train)
+    model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(row["arch"])
+    finalised = load_final_weights(ctx.run_dir, int(row["id"]), model)
+    return model.to(memory_format=torch.contiguous_format).eval(), finalised
+
+
 def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None = None) -> Path:
-    """Export arch `arch_id` of a finished run with inherited, batch-norm-recalibrated weights.
+    """Export arch `arch_id` of a finished run: its finalised weights when it was finalised, else its inherited,
+    batch-norm-recalibrated weights.
 
     Writes the model (and for OpenVINO its .bin) plus `<name>.json` (arch, metric, latency, input shape and
     normalisation), after checking that the exported model reproduces the PyTorch outputs.
@@ -70,11 +81,8 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: valid formats are {', '.join(FORMATS)}")
     row = run_arch(run_dir, arch_id)
-    config = load_config(run_dir.config)
-    ctx = build_context(config, run_dir, progress=False)
-    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train)
-    model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(row["arch"])
-    model = model.to(memory_format=torch.contiguous_format).eval()
+    ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
+    model, finalised = deployable_model(ctx, row)
     path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{FORMATS[fmt]}"
     if path.suffix != FORMATS[fmt]:
         path = path.with_suffix(FORMATS[fmt])
@@ -93,7 +101,10 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
         for produced in Path(tmp).iterdir():
             shutil.move(str(produced), path.parent / produced.name)
     metric = ctx.task.metric
-    info = {"arch": row["arch"], "id": int(arch_id), metric: float(row[metric]), "latency_ms": float(row["latency_ms"]),
+    scores = ({metric: float(row[f"final_{metric}"]), f"test_{metric}": float(row[f"final_test_{metric}"]),
+               "weights": "finalised"} if finalised else
+              {metric: float(row[metric]), "weights": "inherited from the supernet, batch norm recalibrated"})
+    info = {"arch": row["arch"], "id": int(arch_id), **scores, "latency_ms": float(row["latency_ms"]),
             "cost_model": row["cost_model"], "input_shape": [1, *ctx.task.input_shape], "format": fmt,
             "max_abs_diff_vs_pytorch": error, "preprocessing": ctx.task.preprocessing()}
     atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1) + "\n")

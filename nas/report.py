@@ -18,25 +18,41 @@ logger = logging.getLogger(__name__)
 __all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS"]
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
-                     "macs", "is_pareto")
+                     "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "is_final_pareto")
 
 
-def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float]) -> list[dict]:
+def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float],
+                   finals: dict[str, dict] | None = None) -> list[dict]:
     """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency).
 
-    Fields a strategy adds to its records beyond the standard ones (e.g. `expected_latency_ms`) are kept, as
-    extra columns after the standard ones (see `candidate_columns`).
+    `finals` (arch key -> scores of `nas.finalize`) fills `final_<metric>`, `final_test_<metric>` (and the
+    task's other final test scores) of the finalised archs; `is_final_pareto` marks the front of the finalised
+    archs over (final metric, latency). Fields a strategy adds to its records beyond the standard ones (e.g.
+    `expected_latency_ms`) are kept, as extra columns after the standard ones (see `candidate_columns`).
     """
+    from search_spaces import arch_key
+
+    finals = finals or {}
     records = sorted(records, key=lambda r: r["id"])
     mask = pareto_mask([r[metric] for r in records], [r["latency_ms"] for r in records])
+    final_of = [finals.get(arch_key(r["arch"])) for r in records]
+    finalised = [i for i, f in enumerate(final_of) if f is not None]
+    final_mask = pareto_mask([final_of[i][f"final_{metric}"] for i in finalised],
+                             [records[i]["latency_ms"] for i in finalised]) if finalised else []
+    on_final_front = {i for i, on in zip(finalised, final_mask) if on}
     rows = []
-    for record, on_front in zip(records, mask):
+    for i, (record, on_front) in enumerate(zip(records, mask)):
         test = test_metrics.get(record["key"])
+        final = final_of[i] or {}
         rows.append({"id": record["id"], "generation": record.get("generation", ""),
                      "arch": json.dumps(record["arch"], sort_keys=True, separators=(",", ":")),
                      metric: record[metric], f"test_{metric}": "" if test is None else test,
                      "latency_ms": record["latency_ms"], "cost_model": record["cost_model"],
                      "params": record["params"], "macs": record["macs"], "is_pareto": bool(on_front),
+                     f"final_{metric}": final.get(f"final_{metric}", ""),
+                     f"final_test_{metric}": final.get(f"final_test_{metric}", ""),
+                     "is_final_pareto": i in on_final_front,
+                     **{k: v for k, v in final.items() if k not in (f"final_{metric}", f"final_test_{metric}")},
                      **{k: v for k, v in record.items() if k not in _RECORD_FIELDS and k != metric}})
     return rows
 
@@ -84,13 +100,21 @@ def _plot(rows: list[dict], baselines: list[dict], metric: str, cost_model: str)
     ax.scatter(lat, val, s=12, c="#b0b0b0", label="evaluated archs", zorder=1)
     front = sorted((float(r["latency_ms"]), float(r[metric])) for r in rows if r["is_pareto"] in (True, "True"))
     if front:
-        ax.plot(*zip(*front), "-o", c="#1f6fb4", ms=5, lw=1.5, label=f"Pareto front ({len(front)})", zorder=2)
+        ax.plot(*zip(*front), "-o", c="#1f6fb4", ms=5, lw=1.5, label=f"front, inherited weights ({len(front)})",
+                zorder=2)
+    final = [r for r in rows if r.get(f"final_{metric}", "") != ""]
+    if final:
+        ax.scatter([float(r["latency_ms"]) for r in final], [float(r[f"final_{metric}"]) for r in final], s=22,
+                   c="#e07b00", zorder=3, label=f"finalised archs ({len(final)})")
+        final_front = sorted((float(r["latency_ms"]), float(r[f"final_{metric}"])) for r in final
+                             if r["is_final_pareto"] in (True, "True"))
+        ax.plot(*zip(*final_front), "-", c="#e07b00", lw=1.5, label="finalised front", zorder=3)
     markers = "s^Dv*Ph"
     for i, b in enumerate(baselines):
         ax.scatter([float(b["latency_ms"])], [float(b[metric])], marker=markers[i % len(markers)], s=70,
-                   edgecolors="black", zorder=3, label=f"{b['name']}")
+                   edgecolors="black", zorder=4, label=f"{b['name']}")
     ax.set_xlabel(f"latency (ms, {cost_model})")
-    ax.set_ylabel({"top1": "top-1 accuracy (%, val, inherited weights)", "psnr": "PSNR (dB, Y, val)"}.get(metric, metric))
+    ax.set_ylabel({"top1": "top-1 accuracy (%, val)", "psnr": "PSNR (dB, Y, val)"}.get(metric, metric))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
@@ -107,6 +131,25 @@ def _table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def fidelity_of(rows: Sequence[dict], metric: str) -> float | None:
+    """The supernet's ranking fidelity over a run's finalised rows (see `nas.finalize.ranking_fidelity`)."""
+    from .finalize import ranking_fidelity
+
+    final = [r for r in rows if r.get(f"final_{metric}", "") != ""]
+    return ranking_fidelity([float(r[metric]) for r in final], [float(r[f"final_{metric}"]) for r in final])
+
+
+def _final_section(final: list[dict], columns: Sequence[str], metric: str) -> str:
+    if not final:
+        return ""
+    tau = fidelity_of(final, metric)
+    return (f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
+            f"(<code>search.finalize</code>); <code>final_{html.escape(metric)}</code> on the whole val split, "
+            f"<code>final_test_{html.escape(metric)}</code> on the test split. Ranking fidelity of the supernet "
+            f"(Kendall tau, inherited vs finalised val {html.escape(metric)}): "
+            f"<b>{'n/a' if tau is None else f'{tau:.3f}'}</b>.</p>{_table(final, columns)}")
+
+
 def build_report(run_dir: RunDir) -> None:
     """(Re)build pareto.png and report.html from a run's candidates.csv, baselines.csv and config.yaml."""
     if not run_dir.candidates.exists():
@@ -120,8 +163,11 @@ def build_report(run_dir: RunDir) -> None:
     png = _plot(rows, baselines, metric, cost_model)
     atomic_write_bytes(run_dir.pareto_png, png)
     front = sorted((r for r in rows if r["is_pareto"] == "True"), key=lambda r: float(r["latency_ms"]))
+    final = sorted((r for r in rows if r.get(f"final_{metric}", "") != ""), key=lambda r: float(r["latency_ms"]))
     config_text = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
     columns = ["id", metric, f"test_{metric}", "latency_ms", "params", "macs", "arch"]
+    final_columns = ["id", f"final_{metric}", f"final_test_{metric}", metric, "latency_ms", "is_final_pareto",
+                     "params", "macs", "arch"]
     base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
     base_columns += [c for c in ("latency_ms", "params", "macs", "note") if baselines and c in baselines[0]]
@@ -133,7 +179,8 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>
 <p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(cost_model)}</code>).</p>
 <img alt="Pareto front" src="data:image/png;base64,{base64.b64encode(png).decode()}">
-<h2>Pareto front</h2>{_table(front, columns)}
+{_final_section(final, final_columns, metric)}
+<h2>Pareto front (inherited weights)</h2>{_table(front, columns)}
 <h2>Baselines</h2>{_table(baselines, base_columns) if baselines else "<p>none</p>"}
 <h2>Config</h2><pre>{html.escape(config_text)}</pre>
 </body></html>

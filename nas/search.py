@@ -1,5 +1,5 @@
 """A whole search run: prepare the run directory, build task / space / cost model, run the strategy, score the
-front on the test split, evaluate baselines, write candidates.csv and the report.
+front on the test split, finalise the chosen archs, evaluate baselines, write candidates.csv and the report.
 
 Resuming is the same call with `resume=True`: every phase skips what its checkpoint or journal says is done.
 """
@@ -19,6 +19,7 @@ from tasks import build_task
 
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
 from .evaluation import CachedEvaluator
+from .finalize import finalize
 from .pareto import pareto_mask
 from .report import build_report, candidate_columns, candidate_rows, write_csv
 from .rundir import RunDir, atomic_write_text
@@ -122,9 +123,10 @@ def _attach_log(run_dir: RunDir) -> logging.Handler:
     return handler
 
 
-def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[str, float]) -> list[dict]:
+def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[str, float],
+                  finals: dict[str, dict] | None = None) -> list[dict]:
     metric = ctx.task.metric
-    rows = candidate_rows(records, metric, test_metrics)
+    rows = candidate_rows(records, metric, test_metrics, finals)
     write_csv(ctx.run_dir.candidates, rows, candidate_columns(rows, metric))
     return rows
 
@@ -150,7 +152,9 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch), "test": outcome.evaluator.metric(arch, "test")},
                                     run_dir.test_journal)
         test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
-        rows = write_results(ctx, records, test_metrics)
+        write_results(ctx, records, test_metrics)
+        finals = finalize(ctx, records, outcome.evaluator)
+        rows = write_results(ctx, records, test_metrics, finals)
         evaluate_baselines(ctx, outcome.evaluator)
         build_report(run_dir)
         logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,

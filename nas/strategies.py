@@ -1,22 +1,25 @@
 """Search strategies by name: each turns a `SearchContext` into evaluated architectures.
 
-`STRATEGIES[name] = (config dataclass, runner)`; the config's `strategy` field selects one.
+`STRATEGIES[name] = (config dataclass, runner)`. The config's `search` section (`SearchConfig`) names the
+strategy that runs and holds every strategy's settings in a sub-section of its name, so that one override
+(`search.strategy=differentiable`) switches strategy; `search.finalize` is common to all of them.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .differentiable import DifferentiableConfig, run_differentiable
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
+from .finalize import FinalizeConfig
 from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRATEGIES", "SearchOutcome", "run_evolution", "train_supernet"]
+__all__ = ["STRATEGIES", "SearchConfig", "SearchOutcome", "run_evolution", "train_supernet"]
 
 
 @dataclass
@@ -46,7 +49,7 @@ def run_evolution(ctx) -> SearchOutcome:
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
                               ctx.config.train.channels_last)
     evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal)
-    config: EvolutionConfig = ctx.config.search
+    config: EvolutionConfig = ctx.config.search.evolution
     bar = tqdm(total=config.population * config.generations, desc="search", unit="arch", disable=not ctx.progress,
                dynamic_ncols=True)
 
@@ -65,3 +68,19 @@ def run_evolution(ctx) -> SearchOutcome:
 
 STRATEGIES = {"evolution": (EvolutionConfig, run_evolution),
               "differentiable": (DifferentiableConfig, run_differentiable)}
+
+
+@dataclass
+class SearchConfig:
+    """The `search` section of a run config.
+
+    Args:
+        strategy: the strategy that runs (a key of `STRATEGIES`).
+        evolution / differentiable: each strategy's settings (one field per key of `STRATEGIES`).
+        finalize: training of the chosen archs after the search, whatever the strategy (`FinalizeConfig`).
+    """
+
+    strategy: str = "evolution"
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    differentiable: DifferentiableConfig = field(default_factory=DifferentiableConfig)
+    finalize: FinalizeConfig = field(default_factory=FinalizeConfig)

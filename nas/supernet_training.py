@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -24,10 +25,12 @@ from search_spaces import SearchSpace, Supernet
 from tasks.data import batch_seed
 
 from .rundir import atomic_torch_save
+from .runtime import StopRequests
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainConfig", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last"]
+__all__ = ["TrainConfig", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last",
+           "log_session_steps"]
 
 
 @dataclass
@@ -174,26 +177,39 @@ class SupernetTrainer:
             return
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc="supernet", unit="step",
                    disable=not progress, dynamic_ncols=True)
-        started = time.perf_counter()
-        while not self.done:
-            epoch, start = divmod(self.global_step, self.steps_per_epoch)
-            for step, x, y in self.task.train_batches(epoch, start):
-                if self.config.channels_last:
-                    x = x.contiguous(memory_format=torch.channels_last)
-                torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
-                self.scheduler.step_update(self.global_step)
-                loss = self.train_step(x, y, self.step_archs(epoch, step))
-                if self.ema is not None:
-                    self.ema.update(self.supernet, step=self.global_step)
-                self.global_step += 1
-                bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.4f}")
-                if self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1:
-                    self.save()
-                if on_step is not None:
-                    on_step(self.global_step)
+        started, first = time.perf_counter(), self.global_step
+        with StopRequests() as stop, log_session_steps(self, "supernet training", first):
+            while not self.done:
+                epoch, start = divmod(self.global_step, self.steps_per_epoch)
+                for step, x, y in self.task.train_batches(epoch, start):
+                    if self.config.channels_last:
+                        x = x.contiguous(memory_format=torch.channels_last)
+                    torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
+                    self.scheduler.step_update(self.global_step)
+                    loss = self.train_step(x, y, self.step_archs(epoch, step))
+                    if self.ema is not None:
+                        self.ema.update(self.supernet, step=self.global_step)
+                    self.global_step += 1
+                    bar.update(1)
+                    bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.4f}")
+                    if self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1:
+                        self.save()
+                    stop.check(self.save)
+                    if on_step is not None:
+                        on_step(self.global_step)
         bar.close()
         logger.info("supernet training finished: %d steps in %.0f s", self.total_steps, time.perf_counter() - started)
+
+
+@contextmanager
+def log_session_steps(trainer, what: str, first: int):
+    """Log how many steps this session trained, however it ends: summed over the sessions of a resumed run,
+    they equal the total when no step was repeated."""
+    try:
+        yield
+    finally:
+        logger.info("%s: %d steps in this session, at step %d of %d", what, trainer.global_step - first,
+                    trainer.global_step, trainer.total_steps)
 
 
 def load_trained_supernet(space: SearchSpace, checkpoint_path: Path, config: TrainConfig) -> Supernet:

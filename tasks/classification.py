@@ -153,12 +153,13 @@ class ClassificationTask:
 
     # ------------------------------------------------------------------------------------------- evaluation
     @torch.no_grad()
-    def evaluate(self, model: nn.Module, split: str = "val") -> float:
-        """Top-1 accuracy in percent on `split` ('val' or 'test')."""
+    def evaluate(self, model: nn.Module, split: str = "val", all_images: bool = False) -> float:
+        """Top-1 accuracy in percent on `split` ('val' or 'test'); val is cut to `eval_images` unless
+        `all_images`."""
         source = {"val": self.val, "test": self.test}[split]
         model.eval()
         correct = total = 0
-        limit = (self.config.eval_images or None) if split == "val" else None
+        limit = (self.config.eval_images or None) if split == "val" and not all_images else None
         for x, y in iterate_eval(source, self.config.eval_batch_size, limit):
             correct += int((model(x).argmax(dim=1) == y).sum())
             total += len(y)

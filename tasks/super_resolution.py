@@ -420,8 +420,9 @@ class SuperResolutionTask:
                 ssims.append(ssim(sr, hr))
         return {"psnr": float(np.mean(psnrs)), **({"ssim": float(np.mean(ssims))} if with_ssim else {})}
 
-    def evaluate(self, model: nn.Module, split: str = "val") -> float:
-        """Mean PSNR in dB on `split` ('val' or 'test'), Y channel, border of `scale` pixels shaved."""
+    def evaluate(self, model: nn.Module, split: str = "val", all_images: bool = True) -> float:
+        """Mean PSNR in dB on `split` ('val' or 'test'), Y channel, border of `scale` pixels shaved (every split
+        is always scored whole: `all_images` is accepted for the common task interface)."""
         return self.scores(model, split, with_ssim=False)["psnr"]
 
     def bicubic_model(self) -> nn.Module:

@@ -13,6 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 #: reference outputs of the official VPUNN runtime that the VPUNN tests compare against (a copy, see its README)
 VPUNN_VECTORS = REPO / "tests" / "data" / "vpunn-vectors"
+SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
 
 _home = tempfile.mkdtemp(prefix="vpunas-test-home-")
 os.environ["HOME"] = _home
@@ -39,3 +40,14 @@ def sampled_archs(space, count: int = 20, seed: int = 0) -> list[dict]:
         assert json.loads(json.dumps(arch)) == arch
         assert space.decode(space.encode(arch)) == arch
     return archs
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The classification smoke config run end to end once per session (search, finalisation, report)."""
+    from nas.cli import main
+    from nas.rundir import RunDir
+
+    out = tmp_path_factory.mktemp("runs") / "smoke"
+    assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
+    return RunDir(out)

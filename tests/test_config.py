@@ -29,9 +29,9 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path):
 
 
 def test_overrides_apply_and_are_typed(tmp_path):
-    config = load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["train.epochs=2", "search.population=6",
+    config = load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["train.epochs=2", "search.evolution.population=6",
                                                                     "cost.model=vpunn:VPU_2_0"])
-    assert config.train.epochs == 2 and config.search.population == 6 and config.cost.model == "vpunn:VPU_2_0"
+    assert config.train.epochs == 2 and config.search.evolution.population == 6 and config.cost.model == "vpunn:VPU_2_0"
 
 
 @pytest.mark.parametrize("data, message", [
@@ -40,6 +40,9 @@ def test_overrides_apply_and_are_typed(tmp_path):
     ({"space": {"type": "mobilenet", "stages": [{"width": 8, "strid": 1}]}}, r"space: unknown key 'strid'"),
     ({"space": {"type": "transformer"}}, r"space.type: unknown 'transformer'; valid: .*mobilenet"),
     ({"search": {"strategy": "annealing"}}, r"search.strategy: unknown 'annealing'"),
+    ({"search": {"population": 8}}, r"search: unknown key 'population' .*search.evolution.population"),
+    ({"search": {"evolution": {"population": 2}}}, r"search.evolution.population: must be >= 4"),
+    ({"search": {"finalize": {"init": "zeros"}}}, r"search.finalize.init: 'zeros' is not one of"),
     ({"task": {"type": "classification", "dataset": 3}}, r"task.dataset"),
     ({"colour": "blue"}, r"config: unknown key 'colour'"),
     ({"task": [1, 2]}, r"task: expected a mapping"),
@@ -49,6 +52,15 @@ def test_overrides_apply_and_are_typed(tmp_path):
 def test_malformed_configs_name_the_key(tmp_path, data, message):
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, data))
+
+
+def test_one_override_switches_the_strategy():
+    """Every strategy's settings live in their own sub-section, so the other strategy's keys do not get in the way."""
+    for config_file in ("fmnist_mobilenet_smoke.yaml", "fmnist_mobilenet_dnas.yaml"):
+        for strategy in ("evolution", "differentiable"):
+            config = load_config(CONFIGS / config_file, [f"search.strategy={strategy}"])
+            assert config.search.strategy == strategy
+            assert load_config(CONFIGS / config_file).search.finalize == config.search.finalize
 
 
 def test_bad_override_and_missing_file(tmp_path):

@@ -36,8 +36,9 @@ TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "ta
 
 def dnas_config(*overrides, **search_keys):
     """The smoke config with the differentiable strategy; `search_keys` go into the search section."""
-    section = {"strategy": "differentiable", "warmup_epochs": 0, "finetune_epochs": 0, **search_keys}
-    return load_config(SMOKE, [f"search={json.dumps(section)}", *overrides])
+    settings = {"warmup_epochs": 0, "finetune_epochs": 0, **search_keys}
+    return load_config(SMOKE, ["search.strategy=differentiable", f"search.differentiable={json.dumps(settings)}",
+                               *overrides])
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family,
     reference = float(expected.detach())
     for form in ({"loss": "additive", "latency_lambda": 1.0},
                  {"loss": "multiplicative", "target_ms": reference / 2, "beta": 1.0}):
-        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search, reference)
+        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search.differentiable, reference)
         grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True, allow_unused=True)
         zero = {label for label, g in zip(labels, grads) if g is None or not torch.all(g.abs() > 0)}
         assert {kind(label) for label in zero} <= COST_FREE, f"{form['loss']}: no latency gradient for {zero}"
@@ -149,7 +150,7 @@ def derived_latency(tiny_run, **search_keys) -> float:
     """Latency of the arch derived after three search epochs of the tiny smoke run."""
     task, space, cost_model = tiny_run
     config = dnas_config(*TINY, "train.epochs=3", arch_lr=0.1, arch_tau_end=0.1, **search_keys)
-    search = DifferentiableSearch(space, task, cost_model, config.train, config.search, config.seed)
+    search = DifferentiableSearch(space, task, cost_model, config.train, config.search.differentiable, config.seed)
     search.run(progress=False)
     assert [e["epoch"] for e in search.trajectory] == [1, 2, 3]
     return cost_model.latency_ms(space.blocks(search.derived))
@@ -184,7 +185,7 @@ def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
     cost_model = load_cost_model(config.cost.model)
 
     def search(path, stop_at=None):
-        s = DifferentiableSearch(space, task, cost_model, config.train, config.search, config.seed, path)
+        s = DifferentiableSearch(space, task, cost_model, config.train, config.search.differentiable, config.seed, path)
 
         def stop(step):
             if step == stop_at:
@@ -207,9 +208,9 @@ def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"loss": "multiplicative"}, "search.target_ms: the multiplicative loss needs a latency target"),
-    ({"relaxation": "darts"}, "search.relaxation: 'darts' is not one of gumbel, proxyless"),
-    ({"arch_fraction": 1.0}, r"search.arch_fraction: must be in \(0, 1\)"),
+    ({"loss": "multiplicative"}, "search.differentiable.target_ms: the multiplicative loss needs a latency target"),
+    ({"relaxation": "darts"}, "search.differentiable.relaxation: 'darts' is not one of gumbel, proxyless"),
+    ({"arch_fraction": 1.0}, r"search.differentiable.arch_fraction: must be in \(0, 1\)"),
 ])
 def test_bad_search_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -217,21 +218,24 @@ def test_bad_search_settings_name_the_key(overrides, message):
 
 
 def test_warmup_longer_than_training_is_an_error(tmp_path, capsys):
-    overrides = ["search={strategy: differentiable, warmup_epochs: 1}", "train.epochs=1", "--out", str(tmp_path / "r")]
+    overrides = ["search.strategy=differentiable", "search.differentiable.warmup_epochs=1", "train.epochs=1", "--out",
+                 str(tmp_path / "r")]
     assert main(["search", SMOKE, *overrides, "--no-progress"]) == 2
-    assert "search.warmup_epochs (1) must be below train.epochs (1)" in capsys.readouterr().err
+    assert "search.differentiable.warmup_epochs (1) must be below train.epochs (1)" in capsys.readouterr().err
 
 
 def test_differentiable_run_end_to_end(tmp_path):
     """A whole run: one candidates.csv row per search epoch with its expected latency; resume changes nothing."""
     out = tmp_path / "run"
-    args = ["search", SMOKE, "search={strategy: differentiable, warmup_epochs: 1, finetune_epochs: 1}",
+    args = ["search", SMOKE, "search.strategy=differentiable",
+            "search.differentiable={warmup_epochs: 1, finetune_epochs: 1}",
             "train.epochs=3", *TINY, "--out", str(out), "--no-progress"]
     assert main(args) == 0
     run = RunDir(out)
     rows = read_csv(run.candidates)
     assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
-                             "macs", "is_pareto", "expected_latency_ms"]
+                             "macs", "is_pareto", "final_top1", "final_test_top1", "is_final_pareto",
+                             "expected_latency_ms"]
     assert [int(r["generation"]) for r in rows] == [1, 2] and [int(r["id"]) for r in rows] == [0, 1]
     for row in rows:
         assert float(row["expected_latency_ms"]) > 0 and float(row["top1"]) > 20  # 10 classes: chance is 10%

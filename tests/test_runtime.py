@@ -1,9 +1,13 @@
-"""The allocator setting of `nas.runtime`: batch-sized tensors reuse freed memory instead of fresh pages."""
+"""`nas.runtime`: batch-sized tensors reuse freed memory instead of fresh pages; stop requests between training
+steps."""
+import os
 import resource
+import signal
 
+import pytest
 import torch
 
-from nas.runtime import keep_freed_memory
+from nas.runtime import StopRequests, keep_freed_memory
 
 BIG = 40 << 20  # bytes: above glibc's largest automatic mmap threshold (32 MiB), like a batch of activations
 
@@ -22,3 +26,24 @@ def test_freed_memory_is_reused():
     pages = BIG // resource.getpagesize()
     faults = [minor_faults_of_one_batch() for _ in range(5)]
     assert max(faults) < pages // 10, faults  # glibc's default maps and faults in every page, every time
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_in_a_loop_stops_after_the_step_with_a_checkpoint(sig):
+    before = signal.getsignal(sig)
+    saved = []
+    with StopRequests() as stop:
+        stop.check(lambda: saved.append("early"))  # nothing requested: no save, no stop
+        os.kill(os.getpid(), sig)  # lands "in the middle of a step": only recorded
+        assert stop.requested and saved == []
+        with pytest.raises(KeyboardInterrupt):
+            stop.check(lambda: saved.append("checkpoint"))
+    assert saved == ["checkpoint"]
+    assert signal.getsignal(sig) is before  # handlers restored
+
+
+def test_a_second_signal_stops_at_once():
+    with StopRequests():
+        os.kill(os.getpid(), signal.SIGTERM)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The smoke config end to end: search, report, resume after kills, export."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -9,26 +10,17 @@ import time
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, REPO, SMOKE
 from nas.cli import main
 from nas.pareto import pareto_mask
 from nas.report import read_csv
 from nas.rundir import RunDir
 
-SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("runs") / "smoke"
-    assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
-    return RunDir(out)
-
 
 def test_run_directory_contents(smoke_run):
     rows = read_csv(smoke_run.candidates)
     assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
-                             "macs", "is_pareto"]
+                             "macs", "is_pareto", "final_top1", "final_test_top1", "is_final_pareto"]
     assert [int(r["id"]) for r in rows] == list(range(len(rows)))
     assert len({r["arch"] for r in rows}) == len(rows) >= 16  # every evaluated arch once
     mask = pareto_mask([float(r["top1"]) for r in rows], [float(r["latency_ms"]) for r in rows])
@@ -69,28 +61,32 @@ def test_new_run_into_an_existing_directory_is_refused(smoke_run, capsys):
     assert "--resume" in capsys.readouterr().err
 
 
-def test_killed_runs_resume_to_the_same_result(smoke_run, tmp_path):
-    """Kill the smoke run at random moments (training and search), resume each time: same candidates.csv."""
+def test_terminated_runs_resume_to_the_same_result(smoke_run, tmp_path):
+    """SIGTERM the smoke run at five seeded random moments (training, search, finalisation), resume each time:
+    the same candidates.csv, and no training step done twice (the sessions' step counts add up to the total)."""
     out = tmp_path / "killed"
-    rng = np.random.default_rng()
-    kills = sorted(rng.uniform(6, 50, size=2))
+    kills = sorted(np.random.default_rng(7).uniform(6, 90, size=5))
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [sys.executable, "-m", "nas.cli", "search", SMOKE, "--out", str(out), "--no-progress"]
-    started, attempts = time.monotonic(), 0
+    started = time.monotonic()
     for kill_at in kills:
         proc = subprocess.Popen(cmd + (["--resume"] if out.joinpath("config.yaml").exists() else []), cwd=REPO,
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             proc.wait(timeout=max(0.5, kill_at - (time.monotonic() - started)))
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        attempts += 1
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=120) in (0, 130, -signal.SIGTERM)  # -15: before the CLI set its handler
     final = subprocess.run(cmd + ["--resume"] if out.joinpath("config.yaml").exists() else cmd, cwd=REPO, env=env,
                            capture_output=True, text=True)
     assert final.returncode == 0, final.stderr[-2000:]
     assert RunDir(out).candidates.read_text() == smoke_run.candidates.read_text(), f"kills at {kills}"
     assert RunDir(out).baselines.read_text() == smoke_run.baselines.read_text()
+    log = RunDir(out).log.read_text()
+    for stage in ("supernet training", "finalisation training"):
+        sessions = [(int(n), int(total)) for n, total in
+                    re.findall(stage + r": (\d+) steps in this session, at step \d+ of (\d+)", log)]
+        assert sessions and sum(n for n, _ in sessions) == sessions[0][1], (stage, sessions, kills)
 
 
 @pytest.mark.parametrize("fmt, suffix", [("torch", ".pt"), ("onnx", ".onnx"), ("openvino", ".xml")])

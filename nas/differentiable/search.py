@@ -34,7 +34,8 @@ from search_spaces import SearchSpace
 
 from ..config import ConfigError
 from ..rundir import atomic_torch_save
-from ..supernet_training import TrainConfig, to_channels_last
+from ..runtime import StopRequests
+from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,6 @@ class DifferentiableConfig:
         finetune_epochs / finetune_lr: training of the derived arch alone afterwards (cosine schedule).
     """
 
-    strategy: str = "differentiable"
     relaxation: str = "gumbel"
     loss: str = "additive"
     latency_lambda: float = 1.0
@@ -152,7 +152,7 @@ class DifferentiableSearch:
             raise ConfigError("train.ema_decay: the differentiable strategy keeps no weight EMA (the derived arch is "
                               "fine-tuned instead); set it to 0")
         if config.warmup_epochs >= train.epochs:
-            raise ConfigError(f"search.warmup_epochs ({config.warmup_epochs}) must be below train.epochs "
+            raise ConfigError(f"search.differentiable.warmup_epochs ({config.warmup_epochs}) must be below train.epochs "
                              f"({train.epochs}): no epoch would search")
         self.space, self.task, self.cost_model, self.train_config, self.config, self.seed = (
             space, task, cost_model, train, config, seed)
@@ -174,8 +174,9 @@ class DifferentiableSearch:
         self.full_batches = full
         for name, batches in (("weight", self.weight_batches), ("architecture", self.arch_batches)):
             if batches.steps_per_epoch() < 1:
-                raise DataError(f"search.arch_fraction {config.arch_fraction} leaves {len(batches.source)} training "
-                                f"images for {name} steps, less than one batch of {full.batch_size}")
+                raise DataError(f"search.differentiable.arch_fraction {config.arch_fraction} leaves "
+                                f"{len(batches.source)} training images for {name} steps, less than one batch of "
+                                f"{full.batch_size}")
         self.steps_per_epoch = self.weight_batches.steps_per_epoch()
         self.warmup_steps = config.warmup_epochs * self.steps_per_epoch
         self.search_steps = train.epochs * self.steps_per_epoch
@@ -326,42 +327,45 @@ class DifferentiableSearch:
                    dynamic_ncols=True)
         started = time.perf_counter()
         every = self.train_config.checkpoint_every
-        while self.global_step < self.search_steps:
-            epoch, start = divmod(self.global_step, self.steps_per_epoch)
-            for step, x, y in self.weight_batches(epoch, start):
-                g = self.global_step
-                torch.manual_seed(batch_seed(self.seed, epoch, step))
-                self.scheduler.step_update(g)
-                loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
-                if g >= self.warmup_steps:
-                    arch_epoch, arch_step = divmod(g - self.warmup_steps, self.arch_batches.steps_per_epoch())
-                    _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
-                    self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
-                                                             self.sharpness(g)))
-                self.global_step += 1
-                if step == self.steps_per_epoch - 1 and epoch >= self.config.warmup_epochs:
-                    self._end_of_epoch(epoch - self.config.warmup_epochs)
-                bar.update(1)
-                bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lat=f"{self.expected_latency_ms():.4f}")
-                if self.global_step % every == 0 or step == self.steps_per_epoch - 1:
-                    self.save()
-                if on_step is not None:
-                    on_step(self.global_step)
-        arch = self.derived
-        per_epoch = self.full_batches.steps_per_epoch()
-        while not self.done:
-            epoch, start = divmod(self.global_step - self.search_steps, per_epoch)
-            for step, x, y in self.full_batches(epoch, start):
-                torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
-                self.finetune_scheduler.step_update(self.global_step - self.search_steps)
-                loss = self.finetune_step(self._input(x), y, arch)
-                self.global_step += 1
-                bar.update(1)
-                bar.set_postfix(finetune=epoch, loss=f"{loss:.3f}")
-                if self.global_step % every == 0 or step == per_epoch - 1:
-                    self.save()
-                if on_step is not None:
-                    on_step(self.global_step)
+        with StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step):
+            while self.global_step < self.search_steps:
+                epoch, start = divmod(self.global_step, self.steps_per_epoch)
+                for step, x, y in self.weight_batches(epoch, start):
+                    g = self.global_step
+                    torch.manual_seed(batch_seed(self.seed, epoch, step))
+                    self.scheduler.step_update(g)
+                    loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
+                    if g >= self.warmup_steps:
+                        arch_epoch, arch_step = divmod(g - self.warmup_steps, self.arch_batches.steps_per_epoch())
+                        _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
+                        self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
+                                                                 self.sharpness(g)))
+                    self.global_step += 1
+                    if step == self.steps_per_epoch - 1 and epoch >= self.config.warmup_epochs:
+                        self._end_of_epoch(epoch - self.config.warmup_epochs)
+                    bar.update(1)
+                    bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lat=f"{self.expected_latency_ms():.4f}")
+                    if self.global_step % every == 0 or step == self.steps_per_epoch - 1:
+                        self.save()
+                    stop.check(self.save)
+                    if on_step is not None:
+                        on_step(self.global_step)
+            arch = self.derived
+            per_epoch = self.full_batches.steps_per_epoch()
+            while not self.done:
+                epoch, start = divmod(self.global_step - self.search_steps, per_epoch)
+                for step, x, y in self.full_batches(epoch, start):
+                    torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
+                    self.finetune_scheduler.step_update(self.global_step - self.search_steps)
+                    loss = self.finetune_step(self._input(x), y, arch)
+                    self.global_step += 1
+                    bar.update(1)
+                    bar.set_postfix(finetune=epoch, loss=f"{loss:.3f}")
+                    if self.global_step % every == 0 or step == per_epoch - 1:
+                        self.save()
+                    stop.check(self.save)
+                    if on_step is not None:
+                        on_step(self.global_step)
         bar.close()
         logger.info("differentiable search finished: %d steps in %.0f s; derived arch %s", self.total_steps,
                     time.perf_counter() - started, arch)
@@ -379,8 +383,8 @@ def run_differentiable(ctx):
     from ..evaluation import ArchEvaluator, CachedEvaluator
     from ..strategies import SearchOutcome
 
-    search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train, ctx.config.search,
-                                  ctx.config.seed, ctx.run_dir.supernet_checkpoint)
+    search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train,
+                                  ctx.config.search.differentiable, ctx.config.seed, ctx.run_dir.supernet_checkpoint)
     search.run(progress=ctx.progress)
     evaluator = ArchEvaluator(ctx.space, search.supernet, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
     measured: dict[str, dict] = {}

@@ -1,0 +1,307 @@
+"""Finalisation: the archs a run hands over, trained past their inherited weights.
+
+Inherited weights rank archs; they are not what a user deploys. After the search, `archs` archs spread over
+the latency range of the front (`select_spread`) are trained further as standalone networks, from their
+inherited weights (`init: inherited`, fine-tuning as in Once-for-All) or from fresh weights (`init: scratch`),
+with knowledge distillation from the supernet's largest arch (Hinton et al. 2015; OFA, BigNAS). All of them
+train in lockstep on the same batches, so each batch and the teacher's output on it are computed once for all
+students.
+
+Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
+report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`.
+The Kendall tau between inherited-weight and finalised val metric over the finalised archs is the supernet's
+ranking fidelity.
+
+Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's, and each
+scored arch is journaled after its weights are saved, so a restart repeats neither finished steps nor scores.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from search_spaces import arch_key
+from tasks.data import batch_seed
+
+from .evaluation import ArchEvaluator
+from .rundir import EvaluationJournal, atomic_torch_save
+from .runtime import StopRequests
+from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FinalizeConfig", "select_spread", "LockstepTrainer", "finalize", "final_weights_path",
+           "load_final_weights", "ranking_fidelity"]
+
+INITS = ("inherited", "scratch")
+
+
+@dataclass
+class FinalizeConfig:
+    """Args:
+        archs: archs to finalise, spread over the front's latency range (0 = no finalisation; see
+            `select_spread`).
+        init: "inherited" (fine-tune the supernet's weights) or "scratch" (train from fresh weights).
+        epochs: passes over the training split (fractions allowed).
+        lr: peak learning rate (linear warm-up, cosine to 0); None = the supernet's `train.lr`. Optimizer,
+            weight decay and gradient clipping are the supernet's (`train` section).
+        warmup_epochs: linear warm-up from 1% of `lr`.
+        kd_ratio: weight of the distillation loss from the supernet's largest arch, added to the task loss
+            (0 = task loss only, no teacher).
+    """
+
+    archs: int = 8
+    init: str = "inherited"
+    epochs: float = 1.0
+    lr: Optional[float] = None
+    warmup_epochs: float = 0.0
+    kd_ratio: float = 1.0
+
+    def __post_init__(self):
+        if self.init not in INITS:
+            raise ValueError(f"init: {self.init!r} is not one of {', '.join(INITS)}")
+        if self.archs < 0:
+            raise ValueError("archs: must be >= 0")
+        if self.epochs <= 0:
+            raise ValueError("epochs: must be > 0")
+        for name in ("warmup_epochs", "kd_ratio"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be >= 0")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError("lr: must be > 0 (or null for train.lr)")
+
+
+# ---------------------------------------------------------------------------------------------------- selection
+def select_spread(records: Sequence[dict], metric: str, n: int) -> list[dict]:
+    """`n` distinct archs for finalisation, spread over the latency range of the front (sorted by latency).
+
+    The range from the front's fastest to its slowest arch is cut into `n` bins of equal width on a log scale,
+    and each bin contributes its best arch by inherited metric, on the front or not: inherited metrics rank
+    archs only to within their noise, so an arch just behind the front is as good a candidate, and a front with
+    a gap in latency still gets archs in the gap. Bins without an arch leave their places to the remaining archs
+    in order of non-dominated layer, then metric.
+    """
+    from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
+
+    unique = list({arch_key(r["arch"]): r for r in records}.values())
+    if n <= 0 or not unique:
+        return []
+    latency = np.array([r["latency_ms"] for r in unique], dtype=float)
+    score = np.array([r[metric] for r in unique], dtype=float)
+    layers = NonDominatedSorting().do(np.stack([-score, latency], axis=1))
+    front = layers[0]
+    lo, hi = latency[front].min(), latency[front].max()
+    edges = np.geomspace(lo, hi, n + 1) if hi > lo > 0 else np.array([lo, hi])
+    chosen: list[int] = []
+    for left, right in zip(edges[:-1], edges[1:]):
+        inside = [i for i in range(len(unique)) if left <= latency[i] <= right and i not in chosen]
+        if inside:
+            chosen.append(max(inside, key=lambda i: (score[i], -latency[i], -i)))
+    layer_of = {int(i): depth for depth, layer in enumerate(layers) for i in layer}
+    rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
+    chosen += rest[:n - len(chosen)]
+    return sorted((unique[i] for i in chosen), key=lambda r: (r["latency_ms"], r["id"]))
+
+
+def ranking_fidelity(inherited: Sequence[float], final: Sequence[float]) -> float | None:
+    """Kendall tau between inherited-weight and finalised metrics (None for fewer than 2 archs or no spread)."""
+    from scipy.stats import kendalltau
+
+    if len(inherited) < 2:
+        return None
+    tau = kendalltau(inherited, final).statistic
+    return None if math.isnan(tau) else float(tau)
+
+
+# ---------------------------------------------------------------------------------------------------- training
+class LockstepTrainer:
+    """Trains several standalone networks on the same batches, each with its own optimizer.
+
+    Args:
+        nets: the students (trained in place).
+        teacher: a frozen network whose outputs the students distil (None = no distillation).
+        task: gives `train_batches`, `loss`, `distill_loss`.
+        train: the supernet recipe (optimizer, weight decay, momentum, clipping, channels-last, checkpointing).
+        config: `FinalizeConfig` (epochs, lr, warm-up, kd_ratio).
+        seed: run seed (dropout and other torch-side noise per step).
+        checkpoint_path: file of the training state; loaded when it exists.
+        names: one per net (checked on resume: a checkpoint of other archs is refused).
+    """
+
+    def __init__(self, nets: list[nn.Module], teacher: nn.Module | None, task, train: TrainConfig,
+                 config: FinalizeConfig, seed: int, checkpoint_path: Path, names: list[str]):
+        from timm.optim import create_optimizer_v2
+
+        self.nets, self.teacher, self.task, self.train_config, self.config = nets, teacher, task, train, config
+        self.seed, self.checkpoint_path, self.names = seed, Path(checkpoint_path), list(names)
+        if train.channels_last:
+            for net in nets:
+                to_channels_last(net)
+        self.peak_lr = config.lr if config.lr is not None else train.lr
+        self.optimizers = [create_optimizer_v2(net, opt=train.opt, lr=self.peak_lr, weight_decay=train.weight_decay,
+                                               momentum=train.momentum) for net in nets]
+        self.steps_per_epoch = task.train_batches.steps_per_epoch()
+        self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
+        self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
+        self.global_step = 0
+        if self.checkpoint_path.exists():
+            self._load()
+
+    @property
+    def done(self) -> bool:
+        return self.global_step >= self.total_steps
+
+    def lr(self, step: int) -> float:
+        """Linear warm-up from 1% of the peak, then cosine to 0 over the remaining steps."""
+        if step < self.warmup_steps:
+            return self.peak_lr * (0.01 + 0.99 * step / self.warmup_steps)
+        t = (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps)
+        return self.peak_lr * 0.5 * (1 + math.cos(math.pi * t))
+
+    def state_dict(self) -> dict:
+        return {"global_step": self.global_step, "names": self.names, "nets": [n.state_dict() for n in self.nets],
+                "optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def _load(self) -> None:
+        state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+        if state["names"] != self.names:
+            raise ValueError(f"{self.checkpoint_path} holds the finalisation of other archs; it cannot be resumed "
+                             "with this run's front")
+        for net, weights in zip(self.nets, state["nets"]):
+            net.load_state_dict(weights)
+        for optimizer, opt_state in zip(self.optimizers, state["optimizers"]):
+            optimizer.load_state_dict(opt_state)
+        self.global_step = state["global_step"]
+        logger.info("resumed finalisation at step %d of %d", self.global_step, self.total_steps)
+
+    def save(self) -> None:
+        atomic_torch_save(self.state_dict(), self.checkpoint_path)
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
+        """One optimizer step of every net on one batch; returns their losses."""
+        teacher_out = None
+        if self.teacher is not None:
+            with torch.no_grad():
+                teacher_out = self.teacher(x)
+        lr = self.lr(self.global_step)
+        losses = []
+        for net, optimizer in zip(self.nets, self.optimizers):
+            net.train()
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad(set_to_none=True)
+            out = net(x)
+            loss = self.task.loss(out, y)
+            if teacher_out is not None:
+                loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out)
+            loss.backward()
+            if self.train_config.grad_clip > 0:
+                nn.utils.clip_grad_norm_(net.parameters(), self.train_config.grad_clip)
+            optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    def train(self, progress: bool = True) -> None:
+        from tqdm import tqdm
+
+        if self.done:
+            return
+        bar = tqdm(total=self.total_steps, initial=self.global_step, desc=f"finalise {len(self.nets)} archs",
+                   unit="step", disable=not progress, dynamic_ncols=True)
+        started, first = time.perf_counter(), self.global_step
+        with StopRequests() as stop, log_session_steps(self, "finalisation training", first):
+            while not self.done:
+                epoch, start = divmod(self.global_step, self.steps_per_epoch)
+                for step, x, y in self.task.train_batches(epoch, start):
+                    if self.done:
+                        break
+                    if self.train_config.channels_last:
+                        x = x.contiguous(memory_format=torch.channels_last)
+                    torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
+                    losses = self.train_step(x, y)
+                    self.global_step += 1
+                    bar.update(1)
+                    bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}")
+                    if (self.global_step % self.train_config.checkpoint_every == 0 or self.done
+                            or step == self.steps_per_epoch - 1):
+                        self.save()
+                    stop.check(self.save)
+        bar.close()
+        logger.info("finalisation training finished: %d steps of %d archs in %.0f s", self.total_steps, len(self.nets),
+                    time.perf_counter() - started)
+
+
+# ---------------------------------------------------------------------------------------------------- the stage
+def final_weights_path(run_dir, arch_id: int) -> Path:
+    return run_dir.checkpoint_dir / "final" / f"arch{arch_id}.pt"
+
+
+def load_final_weights(run_dir, arch_id: int, net: nn.Module) -> bool:
+    """Load arch `arch_id`'s finalised weights into `net` (its extracted subnet); False when it has none."""
+    path = final_weights_path(run_dir, arch_id)
+    if not path.exists():
+        return False
+    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return True
+
+
+def _scores(task, model: nn.Module) -> dict:
+    """final_<metric> on the whole val split, final_test_<metric> (and the task's other test scores)."""
+    val = float(task.evaluate(model, "val", all_images=True))
+    test = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
+    return {f"final_{task.metric}": round(val, 4), **{f"final_test_{k}": round(float(v), 4) for k, v in test.items()}}
+
+
+def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str, dict]:
+    """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
+    config: FinalizeConfig = ctx.config.search.finalize
+    task, space, run_dir = ctx.task, ctx.space, ctx.run_dir
+    chosen = select_spread(records, task.metric, config.archs)
+    if not chosen:
+        return {}
+    journal = EvaluationJournal(run_dir.checkpoint_dir / "finalized.jsonl")
+    scored = {r["key"]: r for r in journal.load()}
+    keys = [arch_key(r["arch"]) for r in chosen]
+    started = time.perf_counter()
+    if not all(k in scored for k in keys):
+        torch.manual_seed(ctx.config.seed)  # fresh weights of the `scratch` init
+        if config.init == "inherited":
+            nets = [evaluator.subnet(r["arch"]) for r in chosen]
+        else:
+            fresh = space.build_supernet()
+            nets = [fresh.extract(r["arch"]) for r in chosen]
+        teacher = evaluator.subnet(space.largest()).eval() if config.kd_ratio > 0 else None
+        if teacher is not None:
+            teacher.requires_grad_(False)
+        logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
+                    [r["id"] for r in chosen], config.init, config.epochs, config.kd_ratio)
+        trainer = LockstepTrainer(nets, teacher, task, ctx.config.train, config, ctx.config.seed,
+                                  run_dir.checkpoint_dir / "finalize.pt", keys)
+        trainer.train(progress=ctx.progress)
+        calibrate = ctx.config.train.channels_last
+        for record, key, net in zip(chosen, keys, nets):
+            if key in scored:
+                continue
+            net = recalibrate_batchnorm(net, task.calibration_batches(), calibrate)
+            plain = net.to(memory_format=torch.contiguous_format)
+            atomic_torch_save(plain.state_dict(), final_weights_path(run_dir, record["id"]))
+            scored[key] = dict(_scores(task, net), key=key, id=record["id"])
+            journal.append(scored[key])
+    finals = {k: {f: v for f, v in scored[k].items() if f not in ("key", "id")} for k in keys}
+    metric = f"final_{task.metric}"
+    tau = ranking_fidelity([r[task.metric] for r in chosen], [finals[k][metric] for k in keys])
+    logger.info("finalised %d archs in %.0f s; ranking fidelity (Kendall tau, inherited vs finalised val %s): %s",
+                len(chosen), time.perf_counter() - started, task.metric, "n/a" if tau is None else f"{tau:.3f}")
+    for record, key in zip(chosen, keys):
+        logger.info("  id %d: latency %.4f ms, %s %.2f inherited -> %.2f finalised (test %.2f)", record["id"],
+                    record["latency_ms"], task.metric, record[task.metric], finals[key][metric],
+                    finals[key][f"final_test_{task.metric}"])
+    return finals

@@ -1,0 +1,107 @@
+"""The finalised front of a finished run, measured: what a user gets, not what the search predicted.
+
+    .venv/bin/python scripts/bench_quality.py RUN_DIR [--repeats 300] [--vpunn VPU_2_7]
+        [--anchors CONFIG] [--reference "NAME:TOP1:CPU_MS:VPU_US" ...] [--reference-anchors-ms FAST,SLOW]
+
+For every finalised arch of the run (candidates.csv, `final_*` columns) prints its finalised val / test metric,
+the inherited-weight val metric, the latency the run's cost model predicted, its VPUNN latency and its
+end-to-end latency measured with OpenVINO on this machine's CPU (f32, batch 1, 1 thread; all networks
+interleaved in rounds so that drift of a shared machine hits them alike). Then the supernet's ranking
+fidelity (Kendall tau, inherited vs finalised val metric) and, when the run's cost model is a CPU latency
+table, the measured-to-predicted ratio.
+
+`--anchors CONFIG` also measures the largest and the smallest arch of CONFIG's space: two networks of known
+latency on another machine (`--reference-anchors-ms`), which place reference CPU figures measured there on this
+machine (scaled by the geometric mean of the two ratios). Each `--reference` point (test metric, CPU ms on the
+reference machine, VPUNN microseconds) is then checked for a finalised arch that dominates it: at least its
+test metric, at most its scaled CPU latency and at most its VPUNN latency.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import torch
+
+from hw_cost import load_cost_model
+from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
+from nas.config import load_config
+from nas.export import deployable_model
+from nas.report import fidelity_of, read_csv
+from nas.rundir import RunDir
+from nas.runtime import keep_freed_memory
+from nas.search import build_context, build_task_and_space
+
+
+def _reference(text: str) -> tuple[str, float, float, float]:
+    name, top1, cpu_ms, vpu_us = text.split(":")
+    return name, float(top1), float(cpu_ms), float(vpu_us)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir")
+    parser.add_argument("--repeats", type=int, default=300, help="timed inferences per network")
+    parser.add_argument("--vpunn", default="VPU_2_7", help="VPUNN device of the VPUNN column")
+    parser.add_argument("--anchors", help="a config whose largest and smallest archs are measured as anchors")
+    parser.add_argument("--reference-anchors-ms", help="FAST,SLOW: the anchors' CPU ms on the reference machine")
+    parser.add_argument("--reference", action="append", type=_reference, default=[],
+                        help="NAME:TEST_METRIC:CPU_MS:VPU_US of a reference model (repeatable)")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    keep_freed_memory()
+
+    run_dir = RunDir(args.run_dir)
+    ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
+    metric = ctx.task.metric
+    rows = sorted((r for r in read_csv(run_dir.candidates) if r[f"final_{metric}"] != ""),
+                  key=lambda r: float(r["latency_ms"]))
+    if not rows:
+        raise SystemExit(f"{run_dir.candidates} has no finalised archs (search.finalize.archs = 0?)")
+    rows = [dict(r, arch=json.loads(r["arch"])) for r in rows]
+    vpunn = load_cost_model(f"vpunn:{args.vpunn}")
+    vpunn_us = [vpunn.latency_ms(ctx.space.blocks(r["arch"])) * 1e3 for r in rows]
+    models = [deployable_model(ctx, r)[0] for r in rows]
+    anchors = []
+    if args.anchors:
+        anchor_config = load_config(args.anchors)
+        _, anchor_space = build_task_and_space(anchor_config)
+        supernet = anchor_space.build_supernet().eval()
+        anchors = [supernet.extract(anchor_space.smallest()).eval(), supernet.extract(anchor_space.largest()).eval()]
+    profiler = OpenVinoProfiler(MeasureSettings(threads=1, warmup=30, repeats=args.repeats))
+    shape = (1, *ctx.task.input_shape)
+    stats = profiler.measure_many(models + anchors, shape, rounds=10)
+    measured = [s.median_ms for s in stats[:len(models)]]
+
+    print(f"run {run_dir.path}: cost model {rows[0]['cost_model']}; measured: OpenVINO "
+          f"{profiler.metadata()['device_name']}, f32, batch 1, 1 thread, {args.repeats} interleaved inferences each "
+          "(median)")
+    print(f"{'id':>4} {'final val':>9} {'final test':>10} {'inherited':>9} {'predicted ms':>12} "
+          f"{args.vpunn + ' us':>10} {'measured ms':>11}")
+    for r, us, ms in zip(rows, vpunn_us, measured):
+        print(f"{r['id']:>4} {float(r[f'final_{metric}']):9.2f} {float(r[f'final_test_{metric}']):10.2f} "
+              f"{float(r[metric]):9.2f} {float(r['latency_ms']):12.4f} {us:10.2f} {ms:11.4f}")
+    tau = fidelity_of(rows, metric)
+    print(f"ranking fidelity (Kendall tau, inherited vs finalised val {metric}, {len(rows)} archs): "
+          f"{'n/a' if tau is None else f'{tau:.3f}'}")
+    if rows[0]["cost_model"].startswith("lut:"):
+        ratios = [ms / float(r["latency_ms"]) for r, ms in zip(rows, measured)]
+        print(f"measured / predicted latency: {min(ratios):.2f} .. {max(ratios):.2f}")
+    if anchors:
+        fast, slow = stats[len(models)].median_ms, stats[len(models) + 1].median_ms
+        print(f"anchors ({args.anchors}): smallest {fast:.4f} ms, largest {slow:.4f} ms here")
+        if args.reference and args.reference_anchors_ms:
+            ref_fast, ref_slow = (float(v) for v in args.reference_anchors_ms.split(","))
+            scale = math.sqrt(fast / ref_fast * slow / ref_slow)
+            print(f"reference CPU figures scaled by {scale:.3f} (anchors {ref_fast}/{ref_slow} ms there)")
+            for name, top1, cpu_ms, vpu_us in args.reference:
+                cpu_here = cpu_ms * scale
+                winners = [r["id"] for r, us, ms in zip(rows, vpunn_us, measured)
+                           if float(r[f"final_test_{metric}"]) >= top1 and ms <= cpu_here and us <= vpu_us]
+                print(f"  {name}: {metric} {top1:.2f}, {cpu_here:.4f} ms here, {vpu_us:.1f} us -> "
+                      + (f"dominated by id {', '.join(winners)}" if winners else "NOT dominated"))
+
+
+if __name__ == "__main__":
+    main()

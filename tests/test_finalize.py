@@ -1,0 +1,173 @@
+"""Finalisation: selection over the front, the lockstep trainer, the stage end to end with resume and export."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+from conftest import SMOKE
+from nas.cli import main
+from nas.config import ConfigError, load_config
+from nas.finalize import FinalizeConfig, LockstepTrainer, ranking_fidelity, select_spread
+from nas.report import read_csv
+from nas.rundir import RunDir
+from nas.supernet_training import TrainConfig
+
+
+def _records(points):
+    return [{"id": i, "arch": {"a": i}, "top1": m, "latency_ms": l} for i, (m, l) in enumerate(points)]
+
+
+def test_selection_takes_the_best_arch_of_each_latency_bin():
+    # front: latencies 1, 2, 4, 8, 16; (81, 3) is just behind the front; (70, 20) is slower than the front
+    points = [(80, 1), (82, 2), (84, 4), (86, 8), (88, 16), (83.9, 3.5), (70, 20)]
+    # four bins on a log scale over [1, 16]: [1, 2], [2, 4], [4, 8], [8, 16]
+    chosen = select_spread(_records(points), "top1", 4)
+    assert [r["latency_ms"] for r in chosen] == [2, 4, 8, 16]
+    assert [r["latency_ms"] for r in select_spread(_records(points), "top1", 2)] == [4, 16]  # [1, 4], [4, 16]
+
+
+def test_selection_fills_a_gap_of_the_front_from_behind_it():
+    # the front jumps from 1 to 16; archs behind it cover the gap
+    points = [(80, 1), (88, 16), (79, 2.5), (79.5, 5), (78, 9), (60, 30)]
+    chosen = select_spread(_records(points), "top1", 4)
+    assert [r["latency_ms"] for r in chosen] == [1, 2.5, 5, 16]
+
+
+def test_selection_fills_empty_bins_and_skips_duplicates():
+    points = [(80, 1), (88, 16), (79, 2), (85, 17), (60, 30)]
+    records = _records(points) + [dict(_records(points)[0], id=9)]  # the same arch again (e.g. DNAS epochs)
+    chosen = select_spread(records, "top1", 4)
+    assert len({json.dumps(r["arch"]) for r in chosen}) == 4
+    # bins [1, 2], [2, 4], [4, 8], [8, 16]: 1, 2 and 16; [4, 8] is empty, its place goes to the next layer (17)
+    assert sorted(r["latency_ms"] for r in chosen) == [1, 2, 16, 17]
+    assert select_spread(records, "top1", 0) == []
+    assert len(select_spread(records, "top1", 50)) == 5
+
+
+def test_ranking_fidelity():
+    assert ranking_fidelity([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert ranking_fidelity([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    assert ranking_fidelity([1], [2]) is None
+
+
+def test_config_is_validated(tmp_path):
+    with pytest.raises(ConfigError, match="init"):
+        load_config(SMOKE, ["search.finalize.init=pretrained"])
+    with pytest.raises(ConfigError, match="epochs"):
+        load_config(SMOKE, ["search.finalize.epochs=0"])
+    assert load_config(SMOKE, ["search.strategy=differentiable", "search.finalize.archs=2"]).search.finalize.archs == 2
+
+
+class _Task:
+    """Two-class toy data: the sign of the first input feature."""
+
+    def __init__(self):
+        from tasks.data import EpochBatches, TensorImages
+
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, size=(256, 1, 4, 4), dtype=np.uint8)
+        labels = (images[:, 0, 0, 0] > 127).astype(np.int64)
+        self.train_batches = EpochBatches(TensorImages(images, labels, 2, (0.5,), (0.25,)), 32, 0)
+
+    def loss(self, out, y):
+        return nn.functional.cross_entropy(out, y)
+
+    def distill_loss(self, out, teacher):
+        return (out - teacher).pow(2).mean()
+
+
+def _nets():
+    torch.manual_seed(0)
+    return [nn.Sequential(nn.Flatten(), nn.Linear(16, 2)) for _ in range(2)]
+
+
+def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
+                                       checkpoint_every=3)
+    config = FinalizeConfig(epochs=2, warmup_epochs=1, kd_ratio=0.0)
+    whole = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "a.pt", ["x", "y"])
+    assert whole.total_steps == 16 and whole.lr(0) == pytest.approx(0.0005) and whole.lr(8) == pytest.approx(0.05)
+    assert whole.lr(16) == pytest.approx(0.0)
+    before = [net[1].weight.detach().clone() for net in whole.nets]
+    whole.train(progress=False)
+    assert all(not torch.equal(b, net[1].weight) for b, net in zip(before, whole.nets))
+
+    cut = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
+    original, calls = cut.train_step, []
+
+    def killed_at_step_8(x, y):
+        calls.append(1)
+        if len(calls) == 8:
+            raise KeyboardInterrupt
+        return original(x, y)
+
+    cut.train_step = killed_at_step_8
+    with pytest.raises(KeyboardInterrupt):
+        cut.train(progress=False)
+    resumed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
+    assert resumed.global_step == 6  # the last checkpoint (every 3 steps)
+    resumed.train(progress=False)
+    for a, b in zip(whole.nets, resumed.nets):
+        assert torch.equal(a[1].weight, b[1].weight)
+    with pytest.raises(ValueError, match="other archs"):
+        LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
+
+
+def test_smoke_run_finalises_spread_archs(smoke_run):
+    rows = read_csv(smoke_run.candidates)
+    final = [r for r in rows if r["final_top1"] != ""]
+    config = load_config(smoke_run.config)
+    assert len(final) == config.search.finalize.archs == 3
+    front = [r for r in rows if r["is_pareto"] == "True"]
+    latencies = sorted(float(r["latency_ms"]) for r in final)
+    front_latency = [float(r["latency_ms"]) for r in front]
+    assert min(front_latency) <= latencies[0] and latencies[-1] == max(front_latency)  # the most accurate arch
+    for r in final:
+        assert 0 < float(r["final_top1"]) <= 100 and 0 < float(r["final_test_top1"]) <= 100
+        assert (smoke_run.checkpoint_dir / "final" / f"arch{r['id']}.pt").exists()
+    # the finalised front is the non-dominated set of the finalised archs
+    on = {r["id"] for r in final if r["is_final_pareto"] == "True"}
+    assert on and all(r["is_final_pareto"] == "False" for r in rows if r["final_top1"] == "")
+    page = smoke_run.report_html.read_text()
+    assert "Finalised archs" in page and "Ranking fidelity" in page
+
+
+def test_export_uses_the_finalised_weights(smoke_run, tmp_path):
+    rows = read_csv(smoke_run.candidates)
+    row = next(r for r in rows if r["final_top1"] != "")
+    target = tmp_path / "final.onnx"
+    assert main(["export", str(smoke_run.path), "--arch", row["id"], "--format", "onnx", "-o", str(target)]) == 0
+    info = json.loads(target.with_suffix(".json").read_text())
+    assert info["weights"] == "finalised"
+    assert info["top1"] == float(row["final_top1"]) and info["test_top1"] == float(row["final_test_top1"])
+
+
+def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path, monkeypatch, caplog):
+    """A copy of the finished run loses its finalisation, is interrupted in the middle of it, then resumed."""
+    import nas.finalize as finalize_module
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(smoke_run.path, run.path)
+    shutil.rmtree(run.checkpoint_dir / "final")
+    (run.checkpoint_dir / "finalize.pt").unlink()
+    (run.checkpoint_dir / "finalized.jsonl").unlink()
+    original = finalize_module.LockstepTrainer.train_step
+    calls = {"n": 0}
+
+    def killed_at_step_7(self, x, y):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return original(self, x, y)
+
+    monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", killed_at_step_7)
+    assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 130  # interrupted
+    assert not (run.checkpoint_dir / "finalized.jsonl").exists()
+    monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", original)
+    with caplog.at_level("INFO", logger="nas.finalize"):
+        assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 0
+    assert "resumed finalisation at step 4 of 16" in caplog.text
+    assert run.candidates.read_text() == smoke_run.candidates.read_text()
