@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,16 +20,13 @@ logger = logging.getLogger(__name__)
 __all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save"]
 
 
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-
-
 def _atomic_replace(path: Path, write) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}"
+    # created like a plain open() would (0666 less the umask), unlike mkstemp's 0600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp creates 0600; give the file the permissions a plain open would
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

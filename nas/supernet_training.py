@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 from search_spaces import SearchSpace, Supernet
-from tasks.data import batch_seed
+from tasks.data import DataError, batch_seed
 
 from .rundir import atomic_torch_save
 from .runtime import StopRequests
@@ -241,8 +241,12 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], cha
         bn.reset_running_stats()
         bn.momentum = None  # cumulative average over the calibration batches
         bn.train()
+    seen = 0
     for x in batches:
         model(x.contiguous(memory_format=torch.channels_last) if channels_last else x)
+        seen += 1
+    if not seen:
+        raise DataError("no calibration images: batch norm cannot be recalibrated (task.calib_images must be > 0)")
     for bn in norms:
         bn.momentum = 0.1
     return model.eval()

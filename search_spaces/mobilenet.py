@@ -260,14 +260,15 @@ class MobileNetSpace(SearchSpace):
                      lambda c=c: ConvBnAct(c, cfg.stem_width, 3, stride=cfg.stem_stride, act_layer=act))]
         c, h, w = cfg.stem_width, -(-h // cfg.stem_stride), -(-w // cfg.stem_stride)
         if cfg.first_width:
-            out.append(Block(f"mbconv|k3|e1|in{shape(c)}|out{cfg.first_width}|s1|{cfg.activation}", (1, c, h, w),
+            out.append(Block(f"mbconv|k3|e1|mid{c}|in{shape(c)}|out{cfg.first_width}|s1|{cfg.activation}", (1, c, h, w),
                              self.first_block))
             c = cfg.first_width
         for s, stage in enumerate(cfg.stages):
             for b, (k, e) in enumerate(zip(arch["kernel"][s], arch["expand"][s])):
                 stride = stage.stride if b == 0 else 1
                 mid = make_divisible(c * e, cfg.channel_divisor)
-                out.append(Block(f"mbconv|k{k}|e{e}|in{shape(c)}|out{stage.width}|s{stride}|{cfg.activation}",
+                # the expanded width is in the key: the same ratio gives other widths under another divisor
+                out.append(Block(f"mbconv|k{k}|e{e}|mid{mid}|in{shape(c)}|out{stage.width}|s{stride}|{cfg.activation}",
                                  (1, c, h, w),
                                  lambda c=c, o=stage.width, k=k, mid=mid, s=stride: InvertedResidual(
                                      c, o, kernel_size=k, mid_channels=mid, stride=s, act_layer=act)))

@@ -110,3 +110,14 @@ def test_space_config_errors_name_the_field():
 
 def test_arch_key_is_canonical():
     assert arch_key({"b": 1, "a": [1, 2]}) == arch_key({"a": [1, 2], "b": 1})
+
+
+def test_block_key_names_the_expanded_width():
+    """The same kernel and ratio at another channel divisor is another block: its key differs, its module too."""
+    arch = {"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[3], [3, 3]]}
+    by_divisor = {d: small_space(channel_divisor=d).blocks(arch) for d in (8, 32)}
+    for narrow, wide in zip(by_divisor[8][2:-1], by_divisor[32][2:-1]):  # the searched blocks
+        mids = [b.build().depthwise[0].out_channels for b in (narrow, wide)]
+        assert (narrow.key == wide.key) == (mids[0] == mids[1]), (narrow.key, wide.key, mids)
+        assert f"|mid{mids[0]}|" in narrow.key and f"|mid{mids[1]}|" in wide.key
+    assert any(n.key != w.key for n, w in zip(by_divisor[8], by_divisor[32]))
