@@ -218,6 +218,13 @@ class _LayerBuilder:
         self.layers.append(spec)
         self.producer[node] = len(self.layers) - 1
 
+    def _eltwise(self, node, op: str, **spec) -> None:
+        """A binary elementwise op, described by its output (broadcast) shape: it reads and writes that many
+        values whichever operand is broadcast, so `x * s` and `s * x` (squeeze-excite in timm vs torchvision)
+        are the same layer."""
+        shape = _nchw(self._shape(node))
+        self._emit(node, op=op, in_shape=shape, **spec)
+
     def _fusable_producer(self, node) -> int | None:
         """Index of the layer whose single-use output is `node`'s first input, if any."""
         src = node.args[0] if node.args else None
@@ -296,11 +303,11 @@ class _LayerBuilder:
         fn, shape = node.target, self._shape(node)
         tensor_args = [a for a in node.args if isinstance(a, torch.fx.Node) and self._shape(a)]
         if fn in _ADD and len(tensor_args) == 2:
-            self._emit(node, op="add", in_shape=self._input_shape(node))
+            self._eltwise(node, "add")
         elif fn is F.linear:
             self._emit(node, op="linear", in_shape=self._input_shape(node))
         elif fn in _MUL and len(tensor_args) == 2:
-            self._emit(node, op="mul", in_shape=_nchw(self._shape(tensor_args[0])))
+            self._eltwise(node, "mul")
         elif fn in _ACTIVATION_FUNCTIONS:
             self._activation(node, _ACTIVATION_FUNCTIONS[fn])
         elif fn in (torch.cat, torch.concat):
@@ -320,7 +327,7 @@ class _LayerBuilder:
         elif fn in _FREE_FUNCTIONS or fn is operator.getitem or not tensor_args or len(shape) not in (2, 3, 4):
             self._passthrough(node)
         elif fn in (operator.truediv, operator.sub, torch.sub, torch.div):
-            self._emit(node, op="other", in_shape=_nchw(self._shape(tensor_args[0])), detail=fn.__name__)
+            self._eltwise(node, "other", detail=fn.__name__)
         else:
             self._emit(node, op="other", in_shape=_nchw(self._shape(tensor_args[0])),
                        detail=getattr(fn, "__name__", str(fn)))
@@ -330,9 +337,9 @@ class _LayerBuilder:
         if name in _ACTIVATION_METHODS:
             self._activation(node, _ACTIVATION_METHODS[name])
         elif name in ("add", "add_") and isinstance(node.args[1], torch.fx.Node):
-            self._emit(node, op="add", in_shape=self._input_shape(node))
+            self._eltwise(node, "add")
         elif name in ("mul", "mul_") and isinstance(node.args[1], torch.fx.Node):
-            self._emit(node, op="mul", in_shape=self._input_shape(node))
+            self._eltwise(node, "mul")
         elif name == "mean" and len(shape) in (2, 4) and math.prod(shape[2:]) == 1:
             self._emit(node, op="global_avgpool", in_shape=self._input_shape(node), detail="mean")
         elif name in _FREE_METHODS or len(shape) not in (2, 3, 4):

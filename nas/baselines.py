@@ -29,7 +29,7 @@ from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["evaluate_baselines", "BASELINE_TYPES", "resolve_arch"]
+__all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "resolve_arch"]
 
 
 def resolve_arch(space, arch, where: str) -> dict:
@@ -55,8 +55,12 @@ def _test_scores(task, model: nn.Module) -> dict:
     return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
 
 
-def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+def _check_subnet(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type", "arch"})
+    resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
+
+
+def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
     subnet = evaluator.subnet(arch)
     record = evaluator.evaluate(arch, subnet)
@@ -108,8 +112,12 @@ def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
     return arch, ctx.space.build_supernet().extract(arch), ctx.space.blocks(arch), "arch of the space"
 
 
-def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+def _check_standalone(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type", "arch"})
+    _standalone_network(ctx, spec)
+
+
+def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch, net, blocks, origin = _standalone_network(ctx, spec)
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
     trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, ctx.config.train, ctx.config.seed,
@@ -123,11 +131,14 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"{origin}, trained from scratch ({trainer.total_steps} steps, the supernet's recipe)"}
 
 
-def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+def _check_bicubic(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type"})
-    task = ctx.task
-    if not hasattr(task, "bicubic_model"):
+    if not hasattr(ctx.task, "bicubic_model"):
         raise ConfigError(f"baselines[{spec['name']}]: type bicubic needs a super-resolution task")
+
+
+def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    task = ctx.task
     # on the device bicubic upscaling is one interpolation layer (the cost model's rule for 'upsample')
     latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
                                               (1, *task.input_shape))
@@ -137,19 +148,35 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)"}
 
 
-BASELINE_TYPES: dict[str, Callable] = {"subnet": _subnet, "standalone": _standalone, "bicubic": _bicubic}
+#: type -> (check of a spec, run before any work; scoring)
+BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {"subnet": (_check_subnet, _subnet),
+                                                        "standalone": (_check_standalone, _standalone),
+                                                        "bicubic": (_check_bicubic, _bicubic)}
+
+
+def check_baselines(ctx) -> None:
+    """Every baseline spec valid for the run's task and space (type, keys, arch): a mistake fails before any
+    training, not after the search."""
+    names = [spec["name"] for spec in ctx.config.baselines]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"baselines: names must be unique; repeated: {', '.join(map(str, repeated))}")
+    for spec in ctx.config.baselines:
+        kind = spec.get("type", "subnet")
+        if kind not in BASELINE_TYPES:
+            raise ConfigError(f"baselines[{spec['name']}].type: unknown {kind!r}; valid: {', '.join(BASELINE_TYPES)}")
+        BASELINE_TYPES[kind][0](ctx, spec)
 
 
 def evaluate_baselines(ctx, evaluator: ArchEvaluator) -> list[dict]:
     """Score every configured baseline (journaled, so a resumed run does not repeat them); write baselines.csv."""
+    check_baselines(ctx)
     metric = ctx.task.metric
     specs = {spec["name"]: spec for spec in ctx.config.baselines}
 
     def score(spec: dict) -> dict:
-        kind = spec.get("type", "subnet")
-        if kind not in BASELINE_TYPES:
-            raise ConfigError(f"baselines[{spec['name']}].type: unknown {kind!r}; valid: {', '.join(BASELINE_TYPES)}")
-        return dict(BASELINE_TYPES[kind](ctx, evaluator, spec), key=spec["name"], name=spec["name"])
+        run = BASELINE_TYPES[spec.get("type", "subnet")][1]
+        return dict(run(ctx, evaluator, spec), key=spec["name"], name=spec["name"])
 
     journal = CachedEvaluator(lambda name: score(specs[name]), ctx.run_dir.baseline_journal, key=lambda name: name)
     rows = [journal(name) for name in specs]

@@ -20,9 +20,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from search_spaces import ArchError
     from tasks import DataError
 
-    from .config import ConfigError
+    from .errors import ConfigError, RunDirError
 
-    return (ConfigError, CostModelError, LayerExtractionError, DataError, ArchError, FileNotFoundError,
+    return (ConfigError, RunDirError, CostModelError, LayerExtractionError, DataError, ArchError, FileNotFoundError,
             IsADirectoryError, NotADirectoryError, PermissionError)
 
 

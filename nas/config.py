@@ -15,11 +15,9 @@ from typing import Any, Optional
 
 import yaml
 
+from .errors import ConfigError
+
 __all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml"]
-
-
-class ConfigError(ValueError):
-    """A config file or override is malformed (the message names the key or path)."""
 
 
 @dataclass

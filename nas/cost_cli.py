@@ -1,7 +1,7 @@
 """`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk.
 
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
-    vpunas cost RUN_DIR --arch ID --cost vpunn:VPU_2_7|lut:FILE
+    vpunas cost RUN_DIR --arch ID [--cost vpunn:VPU_2_7|lut:FILE]     (default: the run's own cost model)
     vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
@@ -52,7 +52,7 @@ def build_named_model(name: str):
 
 
 def _run_arch(run_dir: str, arch_id: str):
-    """(model, input shape, cost blocks) of arch `arch_id` of a run (random weights: latency only)."""
+    """(model, input shape, cost blocks, the run's cost config) of arch `arch_id` of a run (random weights)."""
     from nas.config import load_config
     from nas.export import run_arch
     from nas.rundir import RunDir
@@ -60,23 +60,36 @@ def _run_arch(run_dir: str, arch_id: str):
 
     run = RunDir(run_dir)
     arch = run_arch(run, arch_id)["arch"]
-    task, space = build_task_and_space(load_config(run.config))
-    return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch)
+    config = load_config(run.config)
+    task, space = build_task_and_space(config)
+    return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config.cost
 
 
-def _cost(args) -> int:
+def _cost_model(spec: str, args):
     options = {}
-    if args.cost.startswith("vpunn:"):  # other kinds carry their own precision and files
+    if spec.startswith("vpunn:"):  # other kinds carry their own precision and files
         options["dtype"] = args.dtype
         if args.model_dir:
             options["model_dir"] = args.model_dir
-    cost_model = load_cost_model(args.cost, **options)
+    return load_cost_model(spec, **options)
+
+
+def _cost(args) -> int:
     if args.arch is not None:
-        model, shape, blocks = _run_arch(args.model, args.arch)
+        model, shape, blocks, run_cost = _run_arch(args.model, args.arch)
         name = f"{args.model} arch {args.arch}"
         if args.input:
             raise CostModelError("--input: a run's arch is costed at the run's own input shape")
+        # by default the run's own cost model, with its own options
+        cost_model = (_cost_model(args.cost, args) if args.cost else
+                      load_cost_model(run_cost.model, **run_cost.options()))
     else:
+        spec = args.cost or "vpunn:VPU_2_7"
+        if spec.startswith("lut:"):
+            raise CostModelError(f"--cost {spec}: a latency table holds the blocks of a search space, so it costs "
+                                 "the archs of a run (vpunas cost RUN_DIR --arch ID), not a named model; use "
+                                 "--cost vpunn:... for MODEL")
+        cost_model = _cost_model(spec, args)
         shape = parse_input_shape(args.input or "1x3x224x224")
         model, blocks, name = build_named_model(args.model), None, args.model
     network_cost = getattr(cost_model, "network_cost", None)
@@ -98,8 +111,8 @@ def add_cost_parser(sub) -> None:
     p.add_argument("model", metavar="MODEL_OR_RUN",
                    help="torchvision or timm model name (e.g. mobilenet_v2), or a run directory with --arch")
     p.add_argument("--arch", metavar="ID", help="cost arch ID of the run directory MODEL_OR_RUN (candidates.csv)")
-    p.add_argument("--cost", default="vpunn:VPU_2_7",
-                   help="cost model spec: vpunn:VPU_2_7 (default), vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE")
+    p.add_argument("--cost", help="cost model spec: vpunn:VPU_2_7, vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE "
+                                  "(a run's archs only); default: the run's own with --arch, else vpunn:VPU_2_7")
     p.add_argument("--input", help="input shape NxCxHxW of a named model (default 1x3x224x224)")
     p.add_argument("--dtype", choices=("uint8", "fp16"), default="uint8", help="inference precision")
     p.add_argument("--model-dir", help="folder of the .vpunn files")

@@ -32,7 +32,8 @@ from search_spaces import arch_key
 from tasks.data import batch_seed
 
 from .evaluation import ArchEvaluator
-from .rundir import EvaluationJournal, atomic_torch_save
+from .errors import RunDirError
+from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
 from .runtime import StopRequests
 from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
 
@@ -171,9 +172,9 @@ class LockstepTrainer:
                 "optimizers": [o.state_dict() for o in self.optimizers]}
 
     def _load(self) -> None:
-        state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(self.checkpoint_path)
         if state["names"] != self.names:
-            raise ValueError(f"{self.checkpoint_path} holds the finalisation of other archs; it cannot be resumed "
+            raise RunDirError(f"{self.checkpoint_path} holds the finalisation of other archs; it cannot be resumed "
                              "with this run's front")
         for net, weights in zip(self.nets, state["nets"]):
             net.load_state_dict(weights)
@@ -249,7 +250,7 @@ def load_final_weights(run_dir, arch_id: int, net: nn.Module) -> bool:
     path = final_weights_path(run_dir, arch_id)
     if not path.exists():
         return False
-    net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    net.load_state_dict(load_checkpoint(path))
     return True
 
 

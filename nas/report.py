@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .pareto import pareto_mask
+from .errors import RunDirError
 from .rundir import RunDir, atomic_write_bytes, atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def _metric_of(rows: Sequence[dict]) -> str:
     for name in ("top1", "psnr"):
         if rows and name in rows[0]:
             return name
-    raise ValueError("candidates.csv has neither a top1 nor a psnr column")
+    raise RunDirError("candidates.csv has neither a top1 nor a psnr column: not a vpunas run, or damaged")
 
 
 def _plot(rows: list[dict], baselines: list[dict], metric: str, cost_model: str) -> bytes:
@@ -156,7 +157,7 @@ def build_report(run_dir: RunDir) -> None:
         raise FileNotFoundError(f"{run_dir.candidates} does not exist: the search has not evaluated anything yet")
     rows = read_csv(run_dir.candidates)
     if not rows:
-        raise ValueError(f"{run_dir.candidates} has no rows")
+        raise RunDirError(f"{run_dir.candidates} has no rows")
     metric = _metric_of(rows)
     baselines = read_csv(run_dir.baselines) if run_dir.baselines.exists() else []
     cost_model = rows[0]["cost_model"]

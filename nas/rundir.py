@@ -9,15 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import torch
 
+from .errors import RunDirError
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save"]
+__all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save", "load_checkpoint"]
 
 
 def _atomic_replace(path: Path, write) -> None:
@@ -49,6 +52,18 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     _atomic_replace(path, lambda f: torch.save(obj, f))
 
 
+def load_checkpoint(path: Path) -> Any:
+    """A file written by `atomic_torch_save`; a damaged one (truncated, overwritten) is a `RunDirError` naming
+    it, not a traceback from the unpickler."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it to "
+                          "redo that stage, or start a new run with --out") from None
+
+
 class EvaluationJournal:
     """Append-only JSON-lines record of finished evaluations: the source of truth for resuming a search.
 
@@ -69,7 +84,7 @@ class EvaluationJournal:
                 records.append(json.loads(line))
             except json.JSONDecodeError:
                 if i != len(lines) - 1:
-                    raise ValueError(f"{self.path}: line {i + 1} is corrupt (not the last line, so not an "
+                    raise RunDirError(f"{self.path}: line {i + 1} is corrupt (not the last line, so not an "
                                      "interrupted write); the journal cannot be trusted") from None
                 logger.warning("%s: dropping an incomplete last line left by an interrupted run", self.path)
                 atomic_write_text(self.path, "".join(lines[:-1]))

@@ -133,10 +133,11 @@ def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[st
 
 def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
     """Run (or resume) the whole search; returns the candidate rows written to candidates.csv."""
-    from .baselines import evaluate_baselines
+    from .baselines import check_baselines, evaluate_baselines
     from .strategies import STRATEGIES
 
     ctx = build_context(config, run_dir, progress)
+    check_baselines(ctx)
     if not run_dir.exists():
         run_dir.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir.config, config_to_yaml(config))

@@ -24,7 +24,7 @@ import torch.nn as nn
 from search_spaces import SearchSpace, Supernet
 from tasks.data import DataError, batch_seed
 
-from .rundir import atomic_torch_save
+from .rundir import atomic_torch_save, load_checkpoint
 from .runtime import StopRequests
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class SupernetTrainer:
                 "ema": self.ema.module.state_dict() if self.ema is not None else None}
 
     def _load(self) -> None:
-        state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(self.checkpoint_path)
         self.supernet.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         if self.ema is not None:
@@ -216,7 +216,7 @@ def load_trained_supernet(space: SearchSpace, checkpoint_path: Path, config: Tra
     """The supernet weights a finished run evaluates subnets with (the EMA when the run kept one)."""
     if not Path(checkpoint_path).exists():
         raise FileNotFoundError(f"{checkpoint_path} not found: the run has not trained its supernet")
-    state = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
+    state = load_checkpoint(checkpoint_path)
     steps = state["global_step"]
     supernet = space.build_supernet()
     supernet.load_state_dict(state["ema"] if state.get("ema") is not None else state["model"])

@@ -79,6 +79,19 @@ def test_bad_override_and_missing_file(tmp_path):
      "latency table /nonexistent/t.json not found"),
     (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "task.root=/nonexistent"], "apt-get install"),
     (["report", "/nonexistent/run"], "not found"),
+    (["cost", "mobilenet_v2", "--cost", f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}"],
+     "a latency table holds the blocks of a search space"),
+    # baseline mistakes fail before any training, not after the search
+    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, arch: {depth: [9, 9, 9]}}]"],
+     "baselines[b].arch"),
+    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: bicubic}]"],
+     "needs a super-resolution task"),
+    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: teacher}]"],
+     "baselines[b].type: unknown 'teacher'"),
+    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: standalone, colour: 1}]"],
+     "baselines[b]: unknown keys ['colour']"),
+    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b}, {name: b, arch: smallest}]"],
+     "names must be unique; repeated: b"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
     code = main(args + ["--out", str(tmp_path / "run")] if args[0] == "search" else args)

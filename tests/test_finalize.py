@@ -10,6 +10,7 @@ import torch.nn as nn
 from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, load_config
+from nas.errors import RunDirError
 from nas.finalize import FinalizeConfig, LockstepTrainer, ranking_fidelity, select_spread
 from nas.report import read_csv
 from nas.rundir import RunDir
@@ -112,7 +113,7 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
     resumed.train(progress=False)
     for a, b in zip(whole.nets, resumed.nets):
         assert torch.equal(a[1].weight, b[1].weight)
-    with pytest.raises(ValueError, match="other archs"):
+    with pytest.raises(RunDirError, match="other archs"):
         LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
 
 

@@ -57,3 +57,31 @@ def test_layer_spec_validates_op_and_activation():
     spec = LayerSpec("conv", (1, 16, 8, 8), (1, 32, 8, 8), kernel=(3, 3), padding=(1, 1, 1, 1))
     assert spec.macs == 32 * 64 * 16 * 9 and spec.params == 32 * 16 * 9 + 32
     assert spec.signature() != LayerSpec("conv", (1, 16, 8, 8), (1, 32, 8, 8)).signature()
+
+
+class _Scale(nn.Module):
+    """Squeeze-excite's final product or a bias add, with the broadcast operand on either side."""
+
+    def __init__(self, op: str, broadcast_first: bool):
+        super().__init__()
+        self.op, self.broadcast_first = op, broadcast_first
+        self.conv = nn.Conv2d(16, 16, 3, padding=1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        s = y.mean((2, 3), keepdim=True)
+        a, b = (s, y) if self.broadcast_first else (y, s)
+        return a * b if self.op == "mul" else a + b
+
+
+@pytest.mark.parametrize("op", ["mul", "add"])
+def test_elementwise_layers_do_not_depend_on_operand_order(op):
+    from hw_cost import load_cost_model
+
+    orders = [extract_layers(_Scale(op, first), (1, 16, 14, 14)) for first in (False, True)]
+    eltwise = [[l for l in layers if l.op == op] for layers in orders]
+    assert [len(e) for e in eltwise] == [1, 1]
+    assert eltwise[0][0].in_shape == eltwise[1][0].in_shape == (1, 16, 14, 14)  # the broadcast (output) shape
+    vpunn = load_cost_model("vpunn:VPU_2_7")
+    costs = [vpunn.model_latency_ms(_Scale(op, first), (1, 16, 14, 14)) for first in (False, True)]
+    assert costs[0] == pytest.approx(costs[1], rel=1e-12)

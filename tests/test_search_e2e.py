@@ -108,15 +108,39 @@ def test_export_unknown_arch_is_an_error(smoke_run, capsys):
     assert "no such id" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("cost", ["vpunn:VPU_2_7", "lut"])
+@pytest.mark.parametrize("cost", ["vpunn:VPU_2_7", "lut", "the run's own"])
 def test_cost_of_a_run_arch(smoke_run, cost, capsys):
     rows = read_csv(smoke_run.candidates)
-    spec = f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}" if cost == "lut" else cost
-    assert main(["cost", str(smoke_run.path), "--arch", "0", "--cost", spec]) == 0
+    spec = {"lut": ["--cost", f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}"],
+            "vpunn:VPU_2_7": ["--cost", cost]}.get(cost, [])
+    assert main(["cost", str(smoke_run.path), "--arch", "0", *spec]) == 0
     out = capsys.readouterr().out
     ms = float(out.strip().splitlines()[-1].split(": ")[-1].split(" ms")[0])
     assert ms > 0
-    if cost == "lut":  # the same table the run used: the same latency
+    if cost != "vpunn:VPU_2_7":  # the same table the run used: the same latency
         assert ms == pytest.approx(float(rows[0]["latency_ms"]), rel=1e-4)
     else:
         assert "conv" in out and "fps" in out
+
+
+@pytest.mark.parametrize("damage", ["supernet checkpoint", "candidates.csv", "journal"])
+def test_a_damaged_run_directory_is_one_line_and_nothing_else_changes(smoke_run, tmp_path, capsys, damage):
+    import shutil
+
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(smoke_run.path, run.path)
+    if damage == "supernet checkpoint":
+        run.supernet_checkpoint.write_bytes(run.supernet_checkpoint.read_bytes()[:1000])
+        args, message = ["search", SMOKE, "--out", str(run.path), "--resume"], "supernet.pt is damaged"
+    elif damage == "candidates.csv":
+        run.candidates.write_text("name,value\nx,1\n")
+        args, message = ["report", str(run.path)], "neither a top1 nor a psnr column"
+    else:
+        lines = run.journal.path.read_text().splitlines(keepends=True)
+        run.journal.path.write_text(lines[0][:20] + "\n" + "".join(lines[1:]))
+        args, message = ["search", SMOKE, "--out", str(run.path), "--resume"], "line 1 is corrupt"
+    before = {p.name: p.read_bytes() for p in run.path.iterdir() if p.is_file() and p.name != "run.log"}
+    assert main(args + ["--no-progress"] if args[0] == "search" else args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vpunas: error:") and message in err[0], err
+    assert {p.name: p.read_bytes() for p in run.path.iterdir() if p.is_file() and p.name != "run.log"} == before

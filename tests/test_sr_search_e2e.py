@@ -100,16 +100,16 @@ def test_standalone_training_resumes_bit_exactly(tmp_path):
 
 def test_baseline_config_errors_name_the_baseline(tmp_path):
     ctx = build_context(load_config(SMOKE), RunDir(tmp_path), progress=False)
-    standalone, bicubic = BASELINE_TYPES["standalone"], BASELINE_TYPES["bicubic"]
+    standalone, bicubic = BASELINE_TYPES["standalone"][0], BASELINE_TYPES["bicubic"][0]  # their checks
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*keys"):
-        standalone(ctx, None, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})
+        standalone(ctx, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*needs an arch"):
-        standalone(ctx, None, {"name": "bad", "type": "standalone"})
+        standalone(ctx, {"name": "bad", "type": "standalone"})
     with pytest.raises(ConfigError, match=r"baselines\[b\]: unknown keys \['arch'\]"):
-        bicubic(ctx, None, {"name": "b", "type": "bicubic", "arch": "largest"})
+        bicubic(ctx, {"name": "b", "type": "bicubic", "arch": "largest"})
     ctx.task = SimpleNamespace(metric="top1")
     with pytest.raises(ConfigError, match="needs a super-resolution task"):
-        bicubic(ctx, None, {"name": "b", "type": "bicubic"})
+        bicubic(ctx, {"name": "b", "type": "bicubic"})
 
 
 def test_default_config_switches_to_div2k_style_folders(tmp_path):

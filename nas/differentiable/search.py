@@ -33,7 +33,7 @@ from hw_cost import CostModel
 from search_spaces import SearchSpace
 
 from ..config import ConfigError
-from ..rundir import atomic_torch_save
+from ..rundir import atomic_torch_save, load_checkpoint
 from ..runtime import StopRequests
 from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
@@ -224,7 +224,7 @@ class DifferentiableSearch:
                 "epoch_losses": self._epoch_losses}
 
     def _load(self) -> None:
-        state = torch.load(self.checkpoint_path, map_location="cpu", weights_only=True)
+        state = load_checkpoint(self.checkpoint_path)
         self.supernet.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.arch.load_state_dict(state["arch"])
