@@ -23,7 +23,7 @@ import torch.nn as nn
 from search_spaces import ArchError, Supernet, arch_key
 
 from .config import ConfigError
-from .evaluation import ArchEvaluator, CachedEvaluator, complexity
+from .evaluation import ArchEvaluator, CachedEvaluator, complexity, test_scores
 from .report import write_csv
 from .supernet_training import SupernetTrainer
 
@@ -49,12 +49,6 @@ def _check_keys(spec: dict, valid: set[str]) -> None:
                           f"(valid: {', '.join(sorted(valid))})")
 
 
-def _test_scores(task, model: nn.Module) -> dict:
-    """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
-    scores = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
-    return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
-
-
 def _check_subnet(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type", "arch"})
     resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
@@ -64,7 +58,7 @@ def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
     subnet = evaluator.subnet(arch)
     record = evaluator.evaluate(arch, subnet)
-    record.update(_test_scores(ctx.task, subnet))
+    record.update(test_scores(ctx.task, subnet))
     record["note"] = "subnet with inherited weights"
     return record
 
@@ -126,7 +120,7 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     model = trainer.trained_model.net.eval()
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(model, "val")), 4),
-            **_test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
+            **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
             "note": f"{origin}, trained from scratch ({trainer.total_steps} steps, the supernet's recipe)"}
 
@@ -143,7 +137,7 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
                                               (1, *task.input_shape))
     model = task.bicubic_model()
-    return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **_test_scores(task, model),
+    return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model),
             "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
             "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)"}
 

@@ -66,12 +66,9 @@ def _run_arch(run_dir: str, arch_id: str):
 
 
 def _cost_model(spec: str, args):
-    options = {}
-    if spec.startswith("vpunn:"):  # other kinds carry their own precision and files
-        options["dtype"] = args.dtype
-        if args.model_dir:
-            options["model_dir"] = args.model_dir
-    return load_cost_model(spec, **options)
+    from nas.config import CostConfig
+
+    return load_cost_model(spec, **CostConfig(model=spec, dtype=args.dtype, model_dir=args.model_dir).options())
 
 
 def _cost(args) -> int:

@@ -13,13 +13,19 @@ from .supernet_training import recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity"]
+__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity", "test_scores"]
 
 
 def complexity(blocks: list[Block]) -> tuple[int, int]:
     """(params, MACs) of the deployed network (batch norm folded), from its blocks' layer descriptors."""
     layers = [layer for block in blocks for layer in block.layers()]
     return sum(layer.params for layer in layers), sum(layer.macs for layer in layers)
+
+
+def test_scores(task, model: nn.Module) -> dict:
+    """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
+    scores = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
+    return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
 
 
 class ArchEvaluator:

@@ -62,10 +62,10 @@ def _run_exported(fmt: str, path: Path, x: torch.Tensor) -> np.ndarray:
     return compiled([x.numpy()])[compiled.output(0)]
 
 
-def deployable_model(ctx, row: dict) -> tuple[nn.Module, bool]:
+def deployable_model(ctx, row: dict, supernet) -> tuple[nn.Module, bool]:
     """(the model of a run's candidates.csv `row` in eval mode, whether its weights are finalised): finalised
-    weights when the arch was finalised, else inherited ones with batch norm recalibrated."""
-    supernet = load_trained_supernet(ctx.space, ctx.run_dir.supernet_checkpoint, ctx.config.train)
+    weights when the arch was finalised, else inherited ones from `supernet` (the run's trained supernet,
+    `load_trained_supernet`) with batch norm recalibrated."""
     model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(row["arch"])
     finalised = load_final_weights(ctx.run_dir, int(row["id"]), model)
     return model.to(memory_format=torch.contiguous_format).eval(), finalised
@@ -82,7 +82,8 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
         raise ConfigError(f"--format {fmt!r}: valid formats are {', '.join(FORMATS)}")
     row = run_arch(run_dir, arch_id)
     ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
-    model, finalised = deployable_model(ctx, row)
+    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
+    model, finalised = deployable_model(ctx, row, supernet)
     path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{FORMATS[fmt]}"
     if path.suffix != FORMATS[fmt]:
         path = path.with_suffix(FORMATS[fmt])

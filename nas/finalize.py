@@ -31,7 +31,7 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import batch_seed
 
-from .evaluation import ArchEvaluator
+from .evaluation import ArchEvaluator, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
 from .runtime import StopRequests
@@ -257,8 +257,7 @@ def load_final_weights(run_dir, arch_id: int, net: nn.Module) -> bool:
 def _scores(task, model: nn.Module) -> dict:
     """final_<metric> on the whole val split, final_test_<metric> (and the task's other test scores)."""
     val = float(task.evaluate(model, "val", all_images=True))
-    test = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
-    return {f"final_{task.metric}": round(val, 4), **{f"final_test_{k}": round(float(v), 4) for k, v in test.items()}}
+    return {f"final_{task.metric}": round(val, 4), **{f"final_{k}": v for k, v in test_scores(task, model).items()}}
 
 
 def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str, dict]:

@@ -153,7 +153,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch), "test": outcome.evaluator.metric(arch, "test")},
                                     run_dir.test_journal)
         test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
-        write_results(ctx, records, test_metrics)
+        write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
         finals = finalize(ctx, records, outcome.evaluator)
         rows = write_results(ctx, records, test_metrics, finals)
         evaluate_baselines(ctx, outcome.evaluator)

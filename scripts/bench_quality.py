@@ -32,6 +32,7 @@ from nas.report import fidelity_of, read_csv
 from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
 from nas.search import build_context, build_task_and_space
+from nas.supernet_training import load_trained_supernet
 
 
 def _reference(text: str) -> tuple[str, float, float, float]:
@@ -62,7 +63,8 @@ def main() -> None:
     rows = [dict(r, arch=json.loads(r["arch"])) for r in rows]
     vpunn = load_cost_model(f"vpunn:{args.vpunn}")
     vpunn_us = [vpunn.latency_ms(ctx.space.blocks(r["arch"])) * 1e3 for r in rows]
-    models = [deployable_model(ctx, r)[0] for r in rows]
+    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
+    models = [deployable_model(ctx, r, supernet)[0] for r in rows]
     anchors = []
     if args.anchors:
         anchor_config = load_config(args.anchors)
