@@ -8,15 +8,22 @@ and a 3x3 tail conv to RGB. Searched: the number of blocks (the first `blocks` r
 (all convs share one max-width weight, sliced), each block's kernel size (one max-size weight, centre crop) and
 the residual scaling. Mean shift lives in the task's normalisation, so networks are pure convolutions.
 
+The upsampler is searched too (`upsamplers`): `edsr` is EDSR's (sub-pixel conv to r^2 x width, pixel shuffle,
+then a 3x3 conv to RGB at the output resolution), `subpixel` is ESPCN's (Shi et al., CVPR 2016): one conv to
+r^2 x 3 channels and a pixel shuffle straight to RGB. At small widths EDSR's upsampler and its full-resolution
+tail cost the VPU more than the whole body (VPU 2.7, 360x640 input, 16 channels: 2.7 + 1.2 ms of 6.3 ms).
+
 Optionally (`global_skips: [bicubic]`) the network adds a bicubic upscaling of its input to its output and so
 learns the residual over bicubic, VDSR's global residual learning (Kim et al., CVPR 2016): on a short training
 budget that converges much faster. EDSR itself has no such skip (`none`). On the device it is one interpolation
 layer and one add at the output resolution, both costed.
 
-An arch: {"blocks": n, "channels": c, "kernel": [k per active block], "res_scale": r, "global_skip": s}.
+An arch: {"blocks": n, "channels": c, "kernel": [k per active block], "res_scale": r, "global_skip": s,
+"upsampler": u} (an arch without "upsampler", written before it was searched, has EDSR's).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,11 +38,12 @@ from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .elastic import ElasticConv2d
 
 __all__ = ["EdsrSpaceConfig", "EdsrSpace", "EdsrSupernet", "Edsr", "ResBlock", "SkipConv", "Upsampler",
-           "BicubicSkip", "build_edsr", "network_blocks", "GLOBAL_SKIPS"]
+           "SubpixelOutput", "BicubicSkip", "build_edsr", "network_blocks", "GLOBAL_SKIPS", "UPSAMPLERS"]
 
 SCALES = (2, 3, 4)
 GLOBAL_SKIPS = ("none", "bicubic")  # cheapest first
-ARCH_KEYS = ("blocks", "channels", "kernel", "res_scale", "global_skip")
+UPSAMPLERS = ("subpixel", "edsr")  # cheapest first
+ARCH_KEYS = ("blocks", "channels", "kernel", "res_scale", "global_skip", "upsampler")
 
 
 @dataclass
@@ -49,6 +57,8 @@ class EdsrSpaceConfig:
             no latency cost, a deployed network folds it into the block's second conv.
         global_skips: `none` (EDSR) and / or `bicubic` (add the bicubic-upscaled input to the output). With both,
             one supernet must serve two different targets: list one unless that is the point.
+        upsamplers: `edsr` (EDSR's upsampler and tail conv) and / or `subpixel` (ESPCN's: one conv and a pixel
+            shuffle straight to RGB).
     """
 
     type: str = "edsr"
@@ -58,6 +68,7 @@ class EdsrSpaceConfig:
     kernel_sizes: list[int] = field(default_factory=lambda: [3, 5])
     res_scales: list[float] = field(default_factory=lambda: [0.1, 1.0])
     global_skips: list[str] = field(default_factory=lambda: ["none"])
+    upsamplers: list[str] = field(default_factory=lambda: ["edsr"])
 
 
 # ------------------------------------------------------------------------------------------ static modules
@@ -119,6 +130,13 @@ class Upsampler(nn.Sequential):
         super().__init__(*layers)
 
 
+class SubpixelOutput(nn.Sequential):
+    """ESPCN's output: conv to r^2 x out_channels, pixel shuffle by r (x4 too, in one step)."""
+
+    def __init__(self, channels: int, scale: int, out_channels: int = 3):
+        super().__init__(_conv(channels, scale * scale * out_channels, 3), nn.PixelShuffle(scale))
+
+
 class Edsr(nn.Module):
     """A standalone network of the family: head, residual blocks, body end with the long skip, upsampler, tail,
     and optionally the global bicubic skip."""
@@ -136,7 +154,8 @@ class Edsr(nn.Module):
 
 
 def build_edsr(*, scale: int, blocks: int, channels: int, kernel_size: int | list[int] = 3,
-               global_skip: str = "none", in_channels: int = 3, out_channels: int = 3) -> Edsr:
+               global_skip: str = "none", upsampler: str = "edsr", in_channels: int = 3,
+               out_channels: int = 3) -> Edsr:
     """A freshly initialised EDSR of any size (e.g. EDSR-baseline: 16 blocks, 64 channels, 3x3 kernels).
 
     Residual scaling is not a parameter: it is a constant factor on the blocks' second conv.
@@ -149,9 +168,14 @@ def build_edsr(*, scale: int, blocks: int, channels: int, kernel_size: int | lis
                         f"blocks={blocks}, channels={channels}, kernel_size={kernel_size}")
     if global_skip not in GLOBAL_SKIPS:
         raise ArchError(f"global_skip: {global_skip!r} is not one of {list(GLOBAL_SKIPS)}")
+    if upsampler not in UPSAMPLERS:
+        raise ArchError(f"upsampler: {upsampler!r} is not one of {list(UPSAMPLERS)}")
+    if upsampler == "edsr":
+        up, tail = Upsampler(channels, scale), _conv(channels, out_channels, 3)
+    else:
+        up, tail = SubpixelOutput(channels, scale, out_channels), nn.Identity()
     return Edsr(_conv(in_channels, channels, 3), [ResBlock(channels, k) for k in kernels], _conv(channels, channels, 3),
-                Upsampler(channels, scale), _conv(channels, out_channels, 3),
-                BicubicSkip(scale) if global_skip == "bicubic" else None)
+                up, tail, BicubicSkip(scale) if global_skip == "bicubic" else None)
 
 
 # ------------------------------------------------------------------------------------------ elastic modules
@@ -194,6 +218,8 @@ class EdsrSupernet(Supernet):
         self.stages = [2, 2] if cfg.scale == 4 else [cfg.scale]
         self.upsampler = nn.ModuleList(ElasticConv2d(c, r * r * c, 3, bias=True) for r in self.stages)
         self.tail = ElasticConv2d(c, space.num_outputs, 3, bias=True)
+        if "subpixel" in space.upsamplers:  # only then: supernets without the choice keep their state dict
+            self.subpixel = ElasticConv2d(c, cfg.scale * cfg.scale * space.num_outputs, 3, bias=True)
         self.skip = BicubicSkip(cfg.scale)
         for m in self.modules():
             if isinstance(m, ElasticConv2d):  # PyTorch's default conv initialisation (as EDSR uses)
@@ -205,6 +231,7 @@ class EdsrSupernet(Supernet):
     def set_active(self, arch: dict) -> None:
         arch = self.space.validate(arch)
         self.depth, self.channels, self.global_skip = arch["blocks"], arch["channels"], arch["global_skip"]
+        self.upsampler_kind = arch["upsampler"]
         for block, k in zip(self.blocks, arch["kernel"]):
             block.set_active(k, arch["res_scale"])
 
@@ -215,22 +242,28 @@ class EdsrSupernet(Supernet):
         for block in self.blocks[:self.depth]:
             y = block(y)
         y = self.body_end(y, out_channels=c) + h
-        for conv, r in zip(self.upsampler, self.stages):
-            y = F.pixel_shuffle(conv(y, out_channels=r * r * c), r)
-        y = self.tail(y)
+        if self.upsampler_kind == "subpixel":
+            y = F.pixel_shuffle(self.subpixel(y), self.space.config.scale)
+        else:
+            for conv, r in zip(self.upsampler, self.stages):
+                y = F.pixel_shuffle(conv(y, out_channels=r * r * c), r)
+            y = self.tail(y)
         return y + self.skip(x) if self.global_skip == "bicubic" else y
 
     @torch.no_grad()
     def extract(self, arch: dict) -> Edsr:
         self.set_active(arch)
-        c = self.channels
-        upsampler = Upsampler(c, self.space.config.scale)
-        for i, (conv, r) in enumerate(zip(self.upsampler, self.stages)):
-            upsampler[2 * i] = conv.export(c, r * r * c, 3)
+        c, scale, out = self.channels, self.space.config.scale, self.space.num_outputs
+        if self.upsampler_kind == "subpixel":
+            upsampler, tail = SubpixelOutput(c, scale, out), nn.Identity()
+            upsampler[0] = self.subpixel.export(c, scale * scale * out, 3)
+        else:
+            upsampler, tail = Upsampler(c, scale), self.tail.export(c, out, 3)
+            for i, (conv, r) in enumerate(zip(self.upsampler, self.stages)):
+                upsampler[2 * i] = conv.export(c, r * r * c, 3)
         net = Edsr(self.head.export(self.space.input_shape[0], c, 3),
                    [block.extract(c) for block in self.blocks[:self.depth]], self.body_end.export(c, c, 3), upsampler,
-                   self.tail.export(c, self.space.num_outputs, 3),
-                   BicubicSkip(self.space.config.scale) if self.global_skip == "bicubic" else None)
+                   tail, BicubicSkip(scale) if self.global_skip == "bicubic" else None)
         return net.train(self.training)
 
 
@@ -243,7 +276,7 @@ class EdsrSpace(SearchSpace):
         super().__init__(input_shape, num_outputs)
         if config.scale not in SCALES:
             raise ArchError(f"space.scale: must be one of {list(SCALES)}, got {config.scale}")
-        for key in ("depths", "channels", "kernel_sizes", "res_scales", "global_skips"):
+        for key in ("depths", "channels", "kernel_sizes", "res_scales", "global_skips", "upsamplers"):
             if not getattr(config, key):
                 raise ArchError(f"space.{key}: needs at least one value")
         if min(config.depths) < 1:
@@ -256,24 +289,29 @@ class EdsrSpace(SearchSpace):
             raise ArchError(f"space.res_scales: values must be > 0, got {config.res_scales}")
         if set(config.global_skips) - set(GLOBAL_SKIPS):
             raise ArchError(f"space.global_skips: values must be among {list(GLOBAL_SKIPS)}, got {config.global_skips}")
+        if set(config.upsamplers) - set(UPSAMPLERS):
+            raise ArchError(f"space.upsamplers: values must be among {list(UPSAMPLERS)}, got {config.upsamplers}")
         self.config = config
         self.depths, self.widths = tuple(sorted(set(config.depths))), tuple(sorted(set(config.channels)))
         self.kernels = tuple(sorted(set(config.kernel_sizes)))
         self.res_scales = tuple(sorted(set(float(r) for r in config.res_scales)))
         self.skips = tuple(s for s in GLOBAL_SKIPS if s in config.global_skips)
+        self.upsamplers = tuple(u for u in UPSAMPLERS if u in config.upsamplers)
 
     def _build_choices(self) -> list[Choice]:
         return ([Choice("blocks", self.depths), Choice("channels", self.widths)]
                 + [Choice(f"b{b}.kernel", self.kernels) for b in range(max(self.depths))]
-                + [Choice("res_scale", self.res_scales), Choice("global_skip", self.skips)])
+                + [Choice("res_scale", self.res_scales), Choice("global_skip", self.skips),
+                   Choice("upsampler", self.upsamplers)])
 
     def arch_from_assignment(self, values: dict[str, Any]) -> dict:
         n = int(values["blocks"])
         return {"blocks": n, "channels": int(values["channels"]),
                 "kernel": [int(values[f"b{b}.kernel"]) for b in range(n)], "res_scale": float(values["res_scale"]),
-                "global_skip": str(values["global_skip"])}
+                "global_skip": str(values["global_skip"]), "upsampler": str(values["upsampler"])}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
+        arch = _with_upsampler(arch)
         keys = set(ARCH_KEYS)
         if set(arch) != keys:
             raise ArchError(f"arch keys must be {', '.join(ARCH_KEYS)} (missing {sorted(keys - set(arch))}, "
@@ -284,7 +322,7 @@ class EdsrSpace(SearchSpace):
         if not isinstance(arch["kernel"], list) or len(arch["kernel"]) != n:
             raise ArchError(f"arch.kernel: expected {n} values (one per block)")
         values = {"blocks": n, "channels": arch["channels"], "res_scale": arch["res_scale"],
-                  "global_skip": arch["global_skip"]}
+                  "global_skip": arch["global_skip"], "upsampler": arch["upsampler"]}
         for b in range(max(self.depths)):
             values[f"b{b}.kernel"] = arch["kernel"][b] if b < n else self.kernels[0]
         return values
@@ -298,6 +336,7 @@ class EdsrSpace(SearchSpace):
 
         The residual scaling scales the blocks' second-conv initial weights (its folded form).
         """
+        arch = _with_upsampler(arch)
         if not isinstance(arch, dict) or set(arch) != set(ARCH_KEYS):
             raise ArchError(f"a reference EDSR arch needs exactly the keys {', '.join(ARCH_KEYS)}")
         if not isinstance(arch["res_scale"], (int, float)) or arch["res_scale"] <= 0:
@@ -305,34 +344,38 @@ class EdsrSpace(SearchSpace):
         if not all(isinstance(arch[k], int) for k in ("blocks", "channels")) or not isinstance(arch["kernel"], list):
             raise ArchError("arch.blocks and arch.channels must be integers, arch.kernel a list")
         net = build_edsr(scale=self.config.scale, blocks=arch["blocks"], channels=arch["channels"],
-                         kernel_size=arch["kernel"], global_skip=arch["global_skip"], in_channels=self.input_shape[0],
-                         out_channels=self.num_outputs)
+                         kernel_size=arch["kernel"], global_skip=arch["global_skip"], upsampler=arch["upsampler"],
+                         in_channels=self.input_shape[0], out_channels=self.num_outputs)
         with torch.no_grad():
             for block in net.blocks:
                 block.conv2.weight.mul_(arch["res_scale"])
                 block.conv2.bias.mul_(arch["res_scale"])
         return net, network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
-                                   arch["global_skip"], self.num_outputs)
+                                   arch["global_skip"], self.num_outputs, arch["upsampler"])
 
     def all_blocks(self) -> list[Block]:
-        # every (width, kernel, skip) at the deepest arch covers all keys (the residual scaling costs nothing)
+        # every (width, kernel, skip, upsampler) at the deepest arch covers all keys (the residual scaling costs
+        # nothing)
         unique: dict[str, Block] = {}
-        for c in self.widths:
-            for k in self.kernels:
-                for skip in self.skips:
-                    arch = {"blocks": max(self.depths), "channels": c, "kernel": [k] * max(self.depths),
-                            "res_scale": self.res_scales[0], "global_skip": skip}
-                    unique.update((b.key, b) for b in self.blocks(arch))
+        for c, k, skip, up in itertools.product(self.widths, self.kernels, self.skips, self.upsamplers):
+            arch = {"blocks": max(self.depths), "channels": c, "kernel": [k] * max(self.depths),
+                    "res_scale": self.res_scales[0], "global_skip": skip, "upsampler": up}
+            unique.update((b.key, b) for b in self.blocks(arch))
         return list(unique.values())
 
     def blocks(self, arch: dict) -> list[Block]:
         arch = self.validate(arch)
         return network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
-                              arch["global_skip"], self.num_outputs)
+                              arch["global_skip"], self.num_outputs, arch["upsampler"])
+
+
+def _with_upsampler(arch):
+    """An arch from before the upsampler was searched has EDSR's."""
+    return {"upsampler": "edsr", **arch} if isinstance(arch, dict) else arch
 
 
 def network_blocks(input_shape, scale: int, channels: int, kernels: list[int], global_skip: str = "none",
-                   out_channels: int = 3) -> list[Block]:
+                   out_channels: int = 3, upsampler: str = "edsr") -> list[Block]:
     """The cost blocks of an EDSR (any size, e.g. the EDSR-baseline outside a space's ranges), in execution order.
 
     (Single convs are wrapped in nn.Sequential: torch.fx traces a root module's own forward as a function.)
@@ -344,9 +387,13 @@ def network_blocks(input_shape, scale: int, channels: int, kernels: list[int], g
                  lambda: nn.Sequential(_conv(c_in, c, 3)))]
     out += [Block(f"resblock|in{c}x{shape}|k{k}", (1, c, h, w), lambda k=k: ResBlock(c, k)) for k in kernels]
     out.append(Block(f"body_end|in{c}x{shape}|k3", (1, c, h, w), lambda: SkipConv(c)))
-    out.append(Block(f"upsampler|in{c}x{shape}|x{scale}", (1, c, h, w), lambda: Upsampler(c, scale)))
-    out.append(Block(f"tail|in{c}x{h * scale}x{w * scale}|out{out_channels}|k3", (1, c, h * scale, w * scale),
-                     lambda: nn.Sequential(_conv(c, out_channels, 3))))
+    if upsampler == "subpixel":
+        out.append(Block(f"subpixel|in{c}x{shape}|x{scale}|out{out_channels}", (1, c, h, w),
+                         lambda: SubpixelOutput(c, scale, out_channels)))
+    else:
+        out.append(Block(f"upsampler|in{c}x{shape}|x{scale}", (1, c, h, w), lambda: Upsampler(c, scale)))
+        out.append(Block(f"tail|in{c}x{h * scale}x{w * scale}|out{out_channels}|k3", (1, c, h * scale, w * scale),
+                         lambda: nn.Sequential(_conv(c, out_channels, 3))))
     if global_skip == "bicubic":
         out.append(Block(f"bicubic_skip|in{c_in}x{shape}|x{scale}", (1, c_in, h, w), lambda: _SkipCost(scale)))
     return out

@@ -24,7 +24,8 @@ VPUNN = "vpunn:VPU_2_7"
 FAMILIES = {
     "mobilenet": (SMOKE, [], (1, 28, 28), 10, (4, 1, 28, 28), [LUT, VPUNN]),
     "resnet": (str(CONFIGS / "fmnist_resnet_smoke.yaml"), [], (1, 28, 28), 10, (4, 1, 28, 28), [VPUNN]),
-    "edsr": (str(CONFIGS / "sr_edsr_x2_smoke.yaml"), ["space.global_skips=[none, bicubic]"], (3, 16, 24), 3,
+    "edsr": (str(CONFIGS / "sr_edsr_x2_smoke.yaml"), ["space.global_skips=[none, bicubic]",
+                                                     "space.upsamplers=[subpixel, edsr]"], (3, 16, 24), 3,
              (2, 3, 12, 12), [VPUNN]),
 }
 COSTED = [(family, spec) for family, entry in FAMILIES.items() for spec in entry[-1]]

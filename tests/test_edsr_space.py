@@ -12,7 +12,7 @@ INPUT = (3, 12, 16)
 
 def small_space(**overrides):
     cfg = dict(depths=[1, 2, 3], channels=[8, 16], kernel_sizes=[3, 5], res_scales=[0.1, 1.0],
-               global_skips=["none", "bicubic"]) | overrides
+               global_skips=["none", "bicubic"], upsamplers=["subpixel", "edsr"]) | overrides
     return build_space(EdsrSpaceConfig(**cfg), input_shape=INPUT, num_outputs=3)
 
 
@@ -25,17 +25,23 @@ def test_arch_is_plain_json_and_round_trips_through_genes():
     for arch in sampled_archs(space):
         assert len(arch["kernel"]) == arch["blocks"]
     assert space.largest() == {"blocks": 3, "channels": 16, "kernel": [5, 5, 5], "res_scale": 1.0,
-                               "global_skip": "bicubic"}
-    assert space.smallest() == {"blocks": 1, "channels": 8, "kernel": [3], "res_scale": 0.1, "global_skip": "none"}
+                               "global_skip": "bicubic", "upsampler": "edsr"}
+    assert space.smallest() == {"blocks": 1, "channels": 8, "kernel": [3], "res_scale": 0.1, "global_skip": "none",
+                                "upsampler": "subpixel"}
 
 
-GOOD = {"blocks": 2, "channels": 8, "kernel": [3, 3], "res_scale": 1.0, "global_skip": "none"}
+GOOD = {"blocks": 2, "channels": 8, "kernel": [3, 3], "res_scale": 1.0, "global_skip": "none", "upsampler": "edsr"}
+
+
+def test_an_arch_from_before_the_upsampler_choice_has_edsrs():
+    old = {k: v for k, v in GOOD.items() if k != "upsampler"}
+    assert small_space().validate(old) == GOOD
 
 
 @pytest.mark.parametrize("change, field", [
     ({"res_scale": None}, "missing"), ({"depth": 2}, "unknown"), ({"blocks": 4, "kernel": [3] * 4}, "arch.blocks"),
     ({"channels": 12}, "channels"), ({"kernel": [3]}, "arch.kernel"), ({"kernel": [3, 7]}, "b1.kernel"),
-    ({"res_scale": 0.5}, "res_scale"), ({"global_skip": "nearest"}, "global_skip"),
+    ({"res_scale": 0.5}, "res_scale"), ({"global_skip": "nearest"}, "global_skip"), ({"upsampler": "deconv"}, "upsampler"),
 ])
 def test_invalid_archs_name_the_field(change, field):
     arch = {k: v for k, v in (GOOD | change).items() if v is not None}
@@ -47,6 +53,7 @@ def test_invalid_archs_name_the_field(change, field):
 @pytest.mark.parametrize("overrides, field", [
     ({"scale": 5}, "space.scale"), ({"kernel_sizes": [2, 3]}, "kernel_sizes"), ({"depths": [0, 2]}, "depths"),
     ({"channels": []}, "channels"), ({"res_scales": [0.0]}, "res_scales"), ({"global_skips": ["x"]}, "global_skips"),
+    ({"upsamplers": ["deconv"]}, "upsamplers"),
 ])
 def test_space_config_errors_name_the_field(overrides, field):
     with pytest.raises(ArchError, match=field):
@@ -116,8 +123,9 @@ def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch(scale):
     for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(5)]:
         blocks = space.blocks(arch)
         assert {b.key for b in blocks} <= all_keys
-        # head, residual blocks, body end, upsampler, tail (, global skip)
-        assert len(blocks) == arch["blocks"] + 4 + (arch["global_skip"] == "bicubic")
+        # head, residual blocks, body end, upsampler and tail or the sub-pixel conv (, global skip)
+        output = 2 if arch["upsampler"] == "edsr" else 1
+        assert len(blocks) == arch["blocks"] + 2 + output + (arch["global_skip"] == "bicubic")
         hr = f"{INPUT[1] * scale}x{INPUT[2] * scale}"
         assert all(f"{INPUT[1]}x{INPUT[2]}" in b.key or b.key.startswith("tail") and hr in b.key for b in blocks)
         whole = extract_layers(supernet.extract(arch), (1, *INPUT))

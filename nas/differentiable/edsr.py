@@ -5,8 +5,9 @@ Every conv runs at the largest width and kernel: its kernel is the gate-weighted
 the gate-weighted prefix mask of the feature width (FBNetV2: Wan et al., CVPR 2020,
 https://arxiv.org/abs/2004.05565); an upsampler conv's r^2 x width outputs are masked channel group by channel
 group, so that after the pixel shuffle the mask is the width's again. The residual scaling is the gate-weighted
-sum of its values, the global skip adds the bicubic upscaling weighted by its gate, and the body output is mixed
-over the searched block counts. One-hot gates compute exactly the sliced subnet.
+sum of its values, the global skip adds the bicubic upscaling weighted by its gate, the upsamplers' outputs (EDSR's
+upsampler + tail, ESPCN's sub-pixel conv) are mixed by theirs, and the body output is mixed over the searched
+block counts. One-hot gates compute exactly the sliced subnet.
 """
 from __future__ import annotations
 
@@ -50,17 +51,31 @@ class RelaxedEdsr(RelaxedSupernet):
             if b + 1 in depths:
                 mixed = mixed + gates["blocks"][depths.index(b + 1)] * y
         y = self._conv(net.body_end, mixed) * m + h
-        for conv, scale in zip(net.upsampler, net.stages):
-            up_mask = mask.repeat_interleave(scale * scale).view(1, -1, 1, 1)
-            y = F.pixel_shuffle(self._conv(conv, y) * up_mask, scale)
-        return self._conv(net.tail, y) + (gates["global_skip"] @ self.skip_on) * net.skip(x)
+        outputs = []
+        for kind in self.space.upsamplers:
+            if kind == "subpixel":
+                outputs.append(F.pixel_shuffle(self._conv(net.subpixel, y), self.space.config.scale))
+                continue
+            up = y
+            for conv, scale in zip(net.upsampler, net.stages):
+                up_mask = mask.repeat_interleave(scale * scale).view(1, -1, 1, 1)
+                up = F.pixel_shuffle(self._conv(conv, up) * up_mask, scale)
+            outputs.append(self._conv(net.tail, up))
+        out = torch.einsum("u,u...->...", gates["upsampler"], torch.stack(outputs))
+        return out + (gates["global_skip"] @ self.skip_on) * net.skip(x)
 
     def cost_terms(self) -> list[CostTerm]:
         space, n = self.space, max(self.space.depths)
-        # positions in the largest arch's blocks: head, n residual blocks, body end, upsampler, tail, [skip]
-        terms = [self.block_term(position, ("channels",)) for position in (0, n + 1, n + 2, n + 3)]
+        # positions in the largest arch's blocks: head, n residual blocks, body end, then the output blocks
+        # (EDSR's upsampler and tail, or the sub-pixel conv) and the skip's, if any
+        terms = [self.block_term(position, ("channels",)) for position in (0, n + 1)]
         terms += [self.block_term(1 + b, ("channels", f"b{b}.kernel"), depth=("blocks", b)) for b in range(n)]
         largest = space.assignment_from_arch(space.largest())
-        terms.append(CostTerm(("global_skip",), lambda values: space.blocks(space.arch_from_assignment(
-            {**largest, **values}))[n + 4:]))
+
+        def after_body(values: dict, skip: bool) -> list:
+            blocks = space.blocks(space.arch_from_assignment({**largest, **values}))[n + 2:]
+            return [b for b in blocks if b.key.startswith("bicubic_skip") == skip]
+
+        terms.append(CostTerm(("channels", "upsampler"), lambda values: after_body(values, skip=False)))
+        terms.append(CostTerm(("global_skip",), lambda values: after_body(values, skip=True)))
         return terms
