@@ -70,6 +70,9 @@ class CostModel(ABC):
     def latency_ms(self, blocks: Sequence[Block]) -> float:
         return float(np.sum(self.block_latencies_ms(blocks)))
 
+    def check_covers(self, blocks: Sequence[Block]) -> None:
+        """Raise CostModelError when some of `blocks` cannot be costed (checked before a run trains anything)."""
+
     def model_latency_ms(self, model: nn.Module, input_shape) -> float:
         """Latency of any torch model, through its layer descriptors."""
         return self.latency_ms(layers_as_blocks(extract_layers(model, input_shape, dtype=self.dtype)))

@@ -93,6 +93,14 @@ class LutCostModel(CostModel):
     def latency_ms(self, blocks: Sequence[Block]) -> float:
         return float(np.sum(self.block_latencies_ms(blocks))) + float(self.table.metadata.get("inference_overhead_ms", 0.0))
 
+    def check_covers(self, blocks: Sequence[Block]) -> None:
+        keys = {b.key for b in blocks}
+        missing = sorted(keys - set(self.table.entries))
+        if missing and not self.measure_missing:
+            raise CostModelError(f"{self.name} has no entry for {len(missing)} of the space's {len(keys)} blocks "
+                                 f"(e.g. {missing[0]!r}): it was collected for another space; collect one "
+                                 "('vpunas lut collect CONFIG') or set cost.measure_missing: true")
+
     def block_latencies_ms(self, blocks: Sequence[Block]) -> np.ndarray:
         out = np.empty(len(blocks))
         for i, block in enumerate(blocks):
@@ -119,9 +127,11 @@ def collect_latency_table(blocks: Sequence[Block], network_input_shape, settings
     profiler = OpenVinoProfiler(settings)
     table = table or LatencyTable()
     meta = profiler.metadata()
-    if table.entries and any(table.metadata.get(k) != meta[k] for k in ("device", "precision", "threads", "repeats")):
-        raise CostModelError("the existing table was measured with other settings "
-                             f"({ {k: table.metadata.get(k) for k in ('device', 'precision', 'threads', 'repeats')} }); "
+    # a table continues only where it was measured and as it was: entries of two machines do not mix
+    same = ("host", "device", "device_name", "runtime_version", "precision", "threads", "repeats")
+    if table.entries and any(table.metadata.get(k) != meta[k] for k in same):
+        raise CostModelError("the existing table was measured elsewhere or with other settings "
+                             f"({ {k: table.metadata.get(k) for k in same if table.metadata.get(k) != meta[k]} }); "
                              "write to a new file")
     table.metadata.update(meta)
     table.metadata.setdefault("date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

@@ -20,16 +20,23 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from search_spaces import ArchError
     from tasks import DataError
 
-    from .errors import ConfigError, RunDirError
+    from .errors import ConfigError, RunDirError, TrainingDiverged
 
-    return (ConfigError, RunDirError, CostModelError, LayerExtractionError, DataError, ArchError, FileNotFoundError,
-            IsADirectoryError, NotADirectoryError, PermissionError)
+    return (ConfigError, RunDirError, TrainingDiverged, CostModelError, LayerExtractionError, DataError, ArchError,
+            FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line like every other error (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"vpunas: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import commands, cost_cli
 
-    parser = argparse.ArgumentParser(prog="vpunas", description="Hardware-aware NAS for Intel VPU / NPU.")
+    parser = _OneLineParser(prog="vpunas", description="Hardware-aware NAS for Intel VPU / NPU.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     commands.add_search_parser(sub)

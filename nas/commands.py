@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -126,7 +127,10 @@ def _lut_collect(args: argparse.Namespace) -> int:
                                   progress=not args.no_progress)
     if args.validate:
         table.metadata["validation"] = validate_table(space, table, settings, args.validate, seed=config.seed)
-    table.metadata["created_by"] = f"vpunas lut collect {args.config}"
+    table.metadata["created_by"] = shlex.join(
+        ["vpunas", "lut", "collect", args.config, *args.overrides, "-o", str(out), "--device", args.device,
+         "--precision", args.precision, "--threads", str(args.threads), "--warmup", str(args.warmup),
+         "--repeats", str(args.repeats), "--validate", str(args.validate)])
     save(table)
     print(f"{out}: {len(table.entries)} blocks")
     if args.validate:

@@ -38,6 +38,11 @@ class CostConfig:
     def __post_init__(self):
         if self.dtype not in ("uint8", "fp16"):
             raise ValueError(f"dtype: {self.dtype!r} is not one of uint8, fp16")
+        lut = self.model.startswith("lut:")
+        if lut and (self.dtype != "uint8" or self.model_dir):
+            raise ValueError("dtype and model_dir configure VPUNN; a latency table carries its own precision")
+        if self.measure_missing and not lut:
+            raise ValueError("measure_missing applies to latency tables (lut:), not to VPUNN")
 
     def options(self) -> dict:
         """Keyword options for `hw_cost.load_cost_model`."""
@@ -51,6 +56,7 @@ class _TopLevel:
     name: str = "run"
     seed: int = 0
     threads: int = 0
+    adapt_threads: bool = True
     task: Any = None
     space: Any = None
     train: Any = None
@@ -95,6 +101,8 @@ class RunConfig:
         seed: seeds data splits, training, search; the same seed and threads give the same results.
         threads: torch intra-op threads; 0 = pick by a short probe (recorded in the run's config.yaml).
         baselines: reference models marked on the front, e.g. {name: largest, arch: largest}.
+        adapt_threads: training drops to 1 thread while another process slows it down (`nas.runtime.
+            ThreadGovernor`, logged); false keeps `threads` fixed, for bit-identical results on a busy machine.
     """
 
     name: str
@@ -106,6 +114,7 @@ class RunConfig:
     search: Any
     cost: CostConfig
     baselines: list[dict] = field(default_factory=list)
+    adapt_threads: bool = True
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -220,4 +229,4 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space,
                      train=_structured(TrainConfig, top.train, "train"), search=search, cost=cost,
-                     baselines=baselines)
+                     baselines=baselines, adapt_threads=top.adapt_threads)

@@ -4,7 +4,7 @@ A leaf module (it imports nothing of the project), so every part of `nas` can ra
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunDirError"]
+__all__ = ["ConfigError", "RunDirError", "TrainingDiverged"]
 
 
 class ConfigError(ValueError):
@@ -13,3 +13,8 @@ class ConfigError(ValueError):
 
 class RunDirError(ValueError):
     """A run directory's file is damaged or belongs to another run (the message names the file)."""
+
+
+class TrainingDiverged(ArithmeticError):
+    """A training loss became NaN or infinite; raised before that step's update, so the last checkpoint is the
+    last good state (the message names the stage and step)."""

@@ -4,14 +4,17 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import math
 import signal
 import sys
 import threading
 from typing import Callable
 
+from .errors import TrainingDiverged
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_sigterm"]
+__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_sigterm", "check_finite", "ThreadGovernor"]
 
 #: glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -36,6 +39,14 @@ def keep_freed_memory() -> bool:
         logger.debug("no glibc mallopt: allocator left as it is")
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _ONE_GIB)) and bool(mallopt(_M_TRIM_THRESHOLD, _ONE_GIB))
+
+
+def check_finite(losses: list[float], what: str, step: int) -> None:
+    """Stop a diverging training before the step's update: weights and checkpoint stay as they were."""
+    bad = [loss for loss in losses if not math.isfinite(loss)]
+    if bad:
+        raise TrainingDiverged(f"{what} diverged at step {step + 1} (loss {bad[0]}); nothing of that step was applied "
+                               "and the last checkpoint is kept: lower the learning rate or set train.grad_clip")
 
 
 def _raise_interrupt(signum, frame):
@@ -89,3 +100,81 @@ class StopRequests:
         if self.requested:
             save()
             raise KeyboardInterrupt
+
+
+class ThreadGovernor:
+    """Keeps a training loop fast on a shared machine by watching its step times.
+
+    With 2 torch threads on a 2-core machine, one busy neighbour made supernet training 16x slower: every
+    parallel region waits for the thread that shares its core. One thread beside the neighbour loses only its
+    share. The governor takes the median step time of the first window as the machine's pace; when a later
+    window is `slowdown` times slower, it drops to 1 thread, and every `retry_every` steps it tries all threads
+    again for one window, keeping whichever was faster. Every change is logged. Thread counts change float
+    summation order, so a run that adapted is not bit-identical to one that did not (`adapt_threads: false`
+    keeps the count fixed).
+    """
+
+    enabled = True  # process-wide, like torch's thread count (set from the run's config)
+
+    def __init__(self, window: int = 10, slowdown: float = 1.8, retry_every: int = 300, warmup: int = 5):
+        import torch
+
+        self._torch = torch
+        self.max_threads = torch.get_num_threads()
+        self.window, self.slowdown, self.retry_every, self.warmup = window, slowdown, retry_every, warmup
+        self.active = self.enabled and self.max_threads > 1
+        self.pace: float | None = None  # median step time with all threads, as first measured
+        self.single_median: float | None = None
+        self.steps_single = 0
+        self._times: list[float] = []
+        self._seen = 0
+
+    def __enter__(self) -> "ThreadGovernor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """The next stage starts with all threads again (and measures its own pace)."""
+        self._torch.set_num_threads(self.max_threads)
+
+    @property
+    def threads(self) -> int:
+        return self._torch.get_num_threads()
+
+    def _set(self, threads: int, why: str) -> None:
+        self._torch.set_num_threads(threads)
+        logger.warning("training on %d thread%s: %s", threads, "s" if threads > 1 else "", why)
+
+    def new_phase(self) -> None:
+        """The loop's steps change in kind (e.g. architecture steps join weight steps): measure the pace anew."""
+        self.pace, self._seen = None, 0
+        self._times.clear()
+
+    def observe(self, seconds: float) -> None:
+        """Record one step's wall time; may change the thread count between steps."""
+        if not self.active:
+            return
+        self._seen += 1
+        if self._seen <= self.warmup:
+            return
+        self._times.append(seconds)
+        if len(self._times) < self.window:
+            return
+        median = sorted(self._times)[len(self._times) // 2]
+        self._times.clear()
+        if self.threads == 1:
+            self.single_median, self.steps_single = median, self.steps_single + self.window
+            if self.steps_single >= self.retry_every:
+                self.steps_single = 0
+                self._set(self.max_threads, "trying all threads again")
+        elif self.pace is None:
+            self.pace = median
+        elif self.single_median is not None:  # a trial of all threads after a spell on one
+            if median < 0.9 * self.single_median:
+                logger.warning("all %d threads are faster again (%.0f ms a step, %.0f ms on 1)", self.max_threads,
+                               median * 1e3, self.single_median * 1e3)
+                self.single_median = None
+            else:
+                self._set(1, f"still slower with all threads ({median * 1e3:.0f} ms a step)")
+        elif median > self.slowdown * self.pace:
+            self._set(1, f"steps take {median / self.pace:.1f}x as long as at first ({median * 1e3:.0f} ms): "
+                         "another process is using the cores")

@@ -23,6 +23,7 @@ from .finalize import finalize
 from .pareto import pareto_mask
 from .report import build_report, candidate_columns, candidate_rows, write_csv
 from .rundir import RunDir, atomic_write_text
+from .runtime import ThreadGovernor
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ def build_task_and_space(config: RunConfig):
 
 def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
     torch.set_num_threads(config.threads)
+    ThreadGovernor.enabled = config.adapt_threads
     task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
     return SearchContext(config, run_dir, task, space, cost_model, progress)
@@ -137,6 +139,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
     from .strategies import STRATEGIES
 
     ctx = build_context(config, run_dir, progress)
+    ctx.cost_model.check_covers(ctx.space.all_blocks())
     check_baselines(ctx)
     if not run_dir.exists():
         run_dir.path.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,9 @@ class ClassificationConfig:
         for name in ("val_size", "train_size", "calib_images", "eval_images", "crop_padding"):
             if getattr(self, name) < 0:
                 raise DataError(f"{name}: must be >= 0")
+        if self.auto_augment and self.dataset != "image_folder":
+            raise DataError("auto_augment: applies to image_folder data; in-memory data sets augment with "
+                            "crop_padding, hflip and random_erasing")
         if self.batch_size < 1 or self.eval_batch_size < 1:
             raise DataError("batch_size and eval_batch_size must be >= 1")
 

@@ -207,6 +207,9 @@ class FolderImages:
         except (FileNotFoundError, RuntimeError) as exc:
             raise DataError(f"cannot read image folder {root}: {exc}") from exc
         self.num_classes = len(self.folder.classes)
+        first_of_class = {label: path for path, label in reversed(self.folder.samples)}
+        for path in first_of_class.values():  # a folder of non-images fails now, not after hours of training
+            self._read(path)
         kwargs = {} if mean is None else {"mean": tuple(mean), "std": tuple(std)}
         self.train_transform = create_transform(image_size, is_training=True, auto_augment=auto_augment,
                                                 re_prob=random_erasing, **kwargs)
@@ -226,10 +229,20 @@ class FolderImages:
         transform = self.train_transform if seed is not None else self.eval_transform
         images, labels = [], []
         for i in indices:
-            img, label = self.folder[int(i)]
-            images.append(transform(img))
+            path, label = self.folder.samples[int(i)]
+            images.append(transform(self._read(path)))
             labels.append(label)
         return torch.stack(images), torch.tensor(labels, dtype=torch.int64)
+
+    @staticmethod
+    def _read(path: str):
+        from PIL import Image
+
+        try:
+            with Image.open(path) as image:
+                return image.convert("RGB")
+        except OSError as exc:  # PIL's UnidentifiedImageError included
+            raise DataError(f"cannot read image {path}: {exc}") from exc
 
 
 class _FolderSubset:

@@ -19,7 +19,7 @@ def write(tmp_path, data) -> Path:
 def test_shipped_configs_load():
     for path in sorted(CONFIGS.glob("*.yaml")):
         config = load_config(path)
-        assert config.name and config.train.epochs >= 1
+        assert config.name and config.train.epochs > 0
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):
@@ -70,34 +70,6 @@ def test_bad_override_and_missing_file(tmp_path):
         load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["train.epochs2=1"])
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.yaml")
-
-
-@pytest.mark.parametrize("args, message", [
-    (["search", "missing.yaml"], "config file missing.yaml not found"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "train.lr=fast"], "train.lr"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "cost.model=lut:/nonexistent/t.json"],
-     "latency table /nonexistent/t.json not found"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "task.root=/nonexistent"], "apt-get install"),
-    (["report", "/nonexistent/run"], "not found"),
-    (["cost", "mobilenet_v2", "--cost", f"lut:{CONFIGS / 'luts' / 'fmnist_mobilenet_openvino_cpu.json'}"],
-     "a latency table holds the blocks of a search space"),
-    # baseline mistakes fail before any training, not after the search
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, arch: {depth: [9, 9, 9]}}]"],
-     "baselines[b].arch"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: bicubic}]"],
-     "needs a super-resolution task"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: teacher}]"],
-     "baselines[b].type: unknown 'teacher'"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b, type: standalone, colour: 1}]"],
-     "baselines[b]: unknown keys ['colour']"),
-    (["search", str(CONFIGS / "fmnist_mobilenet_smoke.yaml"), "baselines=[{name: b}, {name: b, arch: smallest}]"],
-     "names must be unique; repeated: b"),
-])
-def test_cli_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
-    code = main(args + ["--out", str(tmp_path / "run")] if args[0] == "search" else args)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and len(err) == 1 and err[0].startswith("vpunas: error:") and message in err[0]
-    assert not (tmp_path / "run").exists()  # nothing half-written
 
 
 def test_cli_error_has_no_traceback_in_a_real_process(tmp_path):

@@ -35,8 +35,13 @@ def test_collect_measures_each_block_once_and_resumes(tmp_path):
     again = collect_latency_table(blocks, (1, 8, 16, 16), settings, table=table,
                                   on_entry=lambda t: pytest.fail("re-measured"), progress=False)
     assert again.entries == table.entries
-    with pytest.raises(CostModelError, match="other settings"):
+    with pytest.raises(CostModelError, match="other settings.*'threads': 1"):
         collect_latency_table(blocks, (1, 8, 16, 16), MeasureSettings(threads=2, warmup=2, repeats=10), table=table)
+    # nor does a table measured on another machine take entries from this one
+    table.metadata["host"] = "another-host"
+    with pytest.raises(CostModelError, match="measured elsewhere.*another-host"):
+        collect_latency_table(blocks + [conv_block(16)], (1, 8, 16, 16), settings, table=table)
+    assert "conv|c16" not in table.entries and table.metadata["host"] == "another-host"
 
 
 def test_lut_cost_model_sums_blocks_plus_overhead(tmp_path):

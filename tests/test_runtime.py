@@ -47,3 +47,46 @@ def test_a_second_signal_stops_at_once():
         os.kill(os.getpid(), signal.SIGTERM)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back():
+    from nas.runtime import ThreadGovernor
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with ThreadGovernor(window=5, retry_every=10, warmup=0) as governor:
+            feed = lambda seconds, n: [governor.observe(seconds) for _ in range(n)]  # noqa: E731
+            feed(0.10, 10)  # the machine's pace, then steady
+            assert governor.threads == 2
+            feed(0.30, 5)  # a neighbour: 3x slower
+            assert governor.threads == 1
+            feed(0.20, 10)  # on one thread; then a trial of both
+            assert governor.threads == 2
+            feed(0.30, 5)  # both threads still slower than one: back to one
+            assert governor.threads == 1
+            feed(0.20, 10)
+            feed(0.10, 5)  # the neighbour left: both threads win the trial and stay
+            assert governor.threads == 2
+            feed(0.12, 20)
+            assert governor.threads == 2
+            feed(0.30, 5)
+            assert governor.threads == 1
+        assert torch.get_num_threads() == 2  # the next stage starts with all threads
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_a_disabled_thread_governor_never_changes_threads(monkeypatch):
+    from nas.runtime import ThreadGovernor
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    monkeypatch.setattr(ThreadGovernor, "enabled", False)
+    try:
+        governor = ThreadGovernor(window=5, warmup=0)
+        for seconds in [0.1] * 5 + [1.0] * 20:
+            governor.observe(seconds)
+        assert governor.threads == 2
+    finally:
+        torch.set_num_threads(previous)

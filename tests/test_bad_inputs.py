@@ -1,0 +1,203 @@
+"""Every user mistake ends in one line `vpunas: error: ...` naming it, exit status 2, and nothing lost.
+
+Each case builds its bad input in a scratch folder (or damages a copy of the smoke run), runs the command line
+in-process and checks the message, the exit status, that a search left no run directory behind, and that no
+file of an existing run directory changed.
+"""
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import CONFIGS, SMOKE, VPUNN_VECTORS
+from nas.cli import main
+from nas.rundir import RunDir
+
+TABLE = CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"
+SR_SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")
+RESNET_SMOKE = str(CONFIGS / "fmnist_resnet_smoke.yaml")
+#: a smoke search cut to a few steps, for cases that fail only once training runs
+TINY = ["task.train_size=256", "task.batch_size=32", "train.epochs=1"]
+
+
+@dataclass
+class Case:
+    """`args(scratch, run)` gives the command line; `run` is a copy of the smoke run when `needs_run`."""
+
+    args: Callable[[Path, RunDir | None], list[str]]
+    message: str
+    needs_run: bool = False
+
+
+def _yaml(folder: Path, data, name: str = "c.yaml") -> str:
+    path = folder / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return str(path)
+
+
+def _search(config: str, *overrides: str) -> Callable[[Path, RunDir | None], list[str]]:
+    return lambda d, run: ["search", config, *overrides]
+
+
+def _image_folder(d: Path) -> list[str]:
+    for split in ("train", "val"):
+        for cls in ("a", "b"):
+            (d / "images" / split / cls).mkdir(parents=True)
+            (d / "images" / split / cls / "x.jpg").write_text("not a picture")
+    return ["search", SMOKE, "task.dataset=image_folder", f"task.root={d / 'images'}", "task.image_size=32"]
+
+
+def _tiny_sr_images(d: Path) -> list[str]:
+    from PIL import Image
+
+    for split in ("train", "val", "test"):
+        (d / split).mkdir()
+        Image.fromarray(np.zeros((10, 10, 3), np.uint8)).save(d / split / "small.png")
+    return ["search", SR_SMOKE, "task.dataset=folders", f"task.root={d}", "task.train_dir=train", "task.val_dir=val",
+            "task.test_dir=test"]
+
+
+def _model_file(d: Path, content: bytes) -> list[str]:
+    path = d / "model.vpunn"
+    path.write_bytes(content)
+    return ["vpunn", "dma", str(path), str(VPUNN_VECTORS / "vpunn_dma.csv"), "-o", str(d / "out.csv")]
+
+
+def _shipped_model_bytes() -> bytes:
+    from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
+
+    return (SHIPPED_MODEL_DIR / "dma_2_7.vpunn").read_bytes()
+
+
+def _damage(what: str) -> Callable[[Path, RunDir | None], list[str]]:
+    def args(d: Path, run: RunDir) -> list[str]:
+        if what == "checkpoint":
+            run.supernet_checkpoint.write_bytes(run.supernet_checkpoint.read_bytes()[:1000])
+            return ["search", SMOKE, "--out", str(run.path), "--resume"]
+        if what == "candidates":
+            run.candidates.write_text("name,value\nx,1\n")
+            return ["report", str(run.path)]
+        lines = run.journal.path.read_text().splitlines(keepends=True)
+        run.journal.path.write_text(lines[0][:20] + "\n" + "".join(lines[1:]))
+        return ["search", SMOKE, "--out", str(run.path), "--resume"]
+    return args
+
+
+CASES = {
+    # configs and overrides
+    "malformed YAML": Case(lambda d, r: ["search", _yaml(d, "a: [1, 2")], "not valid YAML"),
+    "missing config": Case(_search("missing.yaml"), "config file missing.yaml not found"),
+    "unknown key": Case(lambda d, r: ["search", _yaml(d, {"colour": "blue"})], "config: unknown key 'colour'"),
+    "unknown nested key": Case(_search(SMOKE, "train.epochz=3"), "train: unknown key 'epochz'"),
+    "wrong type": Case(_search(SMOKE, "train.lr=fast"), "train.lr"),
+    "not a number": Case(_search(SMOKE, "train.lr=nan"), "lr: must be >= 0"),
+    "override without =": Case(_search(SMOKE, "train.epochs"), "override 'train.epochs' is not key=value"),
+    "unknown space type": Case(_search(SMOKE, "space.type=transformer"), "space.type: unknown 'transformer'"),
+    "unknown strategy": Case(_search(SMOKE, "search.strategy=annealing"), "search.strategy: unknown 'annealing'"),
+    "strategy key in the wrong place": Case(_search(SMOKE, "search.population=8"),
+                                            "search.evolution.population"),
+    "population too small": Case(_search(SMOKE, "search.evolution.population=2"),
+                                 "search.evolution.population: must be >= 4"),
+    "a setting that would be ignored": Case(_search(SMOKE, "task.auto_augment=rand-m9-mstd0.5"),
+                                            "auto_augment: applies to image_folder data"),
+    # data
+    "no data": Case(_search(SMOKE, "task.root=/nonexistent"), "apt-get install"),
+    "image folder of non-images": Case(lambda d, r: _image_folder(d), "cannot read image"),
+    "SR images smaller than a patch": Case(lambda d, r: _tiny_sr_images(d), "no usable image"),
+    # cost models
+    "missing latency table": Case(_search(SMOKE, "cost.model=lut:/nonexistent/t.json"),
+                                  "latency table /nonexistent/t.json not found"),
+    "table of another space": Case(_search(RESNET_SMOKE, f"cost.model=lut:{TABLE}"),
+                                   "collected for another space"),
+    "unknown VPUNN device": Case(_search(SMOKE, "cost.model=vpunn:VPU_9_9"), "VPU_9_9"),
+    "a VPUNN setting for a table": Case(_search(SMOKE, "cost.dtype=fp16"),
+                                        "a latency table carries its own precision"),
+    "unknown cost model kind": Case(_search(SMOKE, "cost.model=oracle"), "unknown cost model"),
+    "a table for a whole network": Case(lambda d, r: ["cost", "mobilenet_v2", "--cost", f"lut:{TABLE}"],
+                                        "a latency table holds the blocks of a search space"),
+    "unknown network": Case(lambda d, r: ["cost", "mobilenet_v9"], "unknown model 'mobilenet_v9'"),
+    "missing model file": Case(lambda d, r: ["vpunn", "dma", "dma_9.vpunn", str(VPUNN_VECTORS / "vpunn_dma.csv"),
+                                             "-o", str(d / "o.csv")], "dma_9.vpunn not found"),
+    "truncated model file": Case(lambda d, r: _model_file(d, _shipped_model_bytes()[:500]), "model.vpunn"),
+    "foreign model file": Case(lambda d, r: _model_file(d, b"\x89PNG\r\n\x1a\n" + bytes(200)),
+                               "not a VPUNN model file"),
+    "measurement on a device this machine lacks": Case(lambda d, r: ["lut", "collect", SMOKE, "-o", str(d / "t.json"),
+                                                                     "--device", "NPU"], "'NPU' is not available"),
+    # baselines: refused before any training
+    "baseline arch outside the space": Case(_search(SMOKE, "baselines=[{name: b, arch: {depth: [9, 9, 9]}}]"),
+                                            "baselines[b].arch"),
+    "baseline of another task": Case(_search(SMOKE, "baselines=[{name: b, type: bicubic}]"),
+                                     "needs a super-resolution task"),
+    "unknown baseline type": Case(_search(SMOKE, "baselines=[{name: b, type: teacher}]"),
+                                  "baselines[b].type: unknown 'teacher'"),
+    "unknown baseline key": Case(_search(SMOKE, "baselines=[{name: b, type: standalone, colour: 1}]"),
+                                 "baselines[b]: unknown keys ['colour']"),
+    "repeated baseline name": Case(_search(SMOKE, "baselines=[{name: b}, {name: b, arch: smallest}]"),
+                                   "names must be unique; repeated: b"),
+    # training that diverges stops before the bad step's update
+    "diverging loss": Case(_search(SMOKE, *TINY, "train.opt=sgd", "train.lr=1e30", "train.grad_clip=0",
+                                   "train.checkpoint_every=1"), "supernet training diverged at step"),
+    # run directories
+    "missing run directory": Case(lambda d, r: ["report", "/nonexistent/run"], "not found"),
+    "damaged checkpoint": Case(_damage("checkpoint"), "supernet.pt is damaged", needs_run=True),
+    "damaged candidates.csv": Case(_damage("candidates"), "neither a top1 nor a psnr column", needs_run=True),
+    "damaged journal": Case(_damage("journal"), "line 1 is corrupt", needs_run=True),
+    "export of an unknown arch": Case(lambda d, r: ["export", str(r.path), "--arch", "99999", "--format", "torch"],
+                                      "--arch 99999: no such id", needs_run=True),
+    "export in an unknown format": Case(lambda d, r: ["export", str(r.path), "--arch", "0", "--format", "tflite"],
+                                        "invalid choice: 'tflite'", needs_run=True),
+}
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != "run.log"}
+
+
+def _run(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as exc:  # argparse's own errors (unknown option, invalid choice)
+        return exc.code
+
+
+@pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
+def test_a_mistake_is_one_line_exit_2_and_nothing_lost(case, tmp_path, capsys, request):
+    run = None
+    if case.needs_run:
+        run = RunDir(tmp_path / "run")
+        shutil.copytree(request.getfixturevalue("smoke_run").path, run.path)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args = case.args(scratch, run)
+    out = tmp_path / "new-run"
+    if args[0] == "search":
+        args += ["--no-progress"] + ([] if "--out" in args else ["--out", str(out)])
+    before = _files(run.path) if run else None
+    code = _run(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("vpunas: error:") and case.message in err[0], err
+    if run is not None:
+        assert _files(run.path) == before  # the run directory is as it was
+    elif case is not CASES["diverging loss"]:  # that one keeps its last good checkpoint (below)
+        assert not out.exists()  # nothing half-written
+
+
+def test_a_diverging_run_keeps_its_last_good_checkpoint(tmp_path, capsys):
+    """The checkpoint left behind is the last finite state, and the message names the step that diverged."""
+    import torch
+
+    out = tmp_path / "run"
+    assert main(["search", SMOKE, *TINY, "train.opt=sgd", "train.lr=1e30", "train.grad_clip=0",
+                 "train.checkpoint_every=1", "--out", str(out), "--no-progress"]) == 2
+    message = capsys.readouterr().err.strip()
+    step = int(message.split("diverged at step ")[1].split()[0])
+    state = torch.load(RunDir(out).supernet_checkpoint, weights_only=False)
+    assert state["global_step"] == step - 1
+    assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
