@@ -34,7 +34,7 @@ from tasks.data import batch_seed
 from .evaluation import ArchEvaluator, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
-from .runtime import StopRequests
+from .runtime import StopRequests, ThreadGovernor, check_finite
 from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
@@ -110,6 +110,13 @@ def select_spread(records: Sequence[dict], metric: str, n: int) -> list[dict]:
     rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
     chosen += rest[:n - len(chosen)]
     return sorted((unique[i] for i in chosen), key=lambda r: (r["latency_ms"], r["id"]))
+
+
+def feasible_records(records: Sequence[dict], search) -> list[dict]:
+    """The records within the search's latency limit (`search.evolution.latency_limit_ms`): archs the search
+    treated as infeasible are not worth finalisation time."""
+    limit = search.evolution.latency_limit_ms if search.strategy == "evolution" else None
+    return [r for r in records if limit is None or r["latency_ms"] <= limit]
 
 
 def ranking_fidelity(inherited: Sequence[float], final: Sequence[float]) -> float | None:
@@ -196,18 +203,20 @@ class LockstepTrainer:
         losses = []
         for net, optimizer in zip(self.nets, self.optimizers):
             net.train()
-            for group in optimizer.param_groups:
-                group["lr"] = lr
             optimizer.zero_grad(set_to_none=True)
             out = net(x)
             loss = self.task.loss(out, y)
             if teacher_out is not None:
                 loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out)
             loss.backward()
+            losses.append(loss.item())
+        check_finite(losses, "finalisation training", self.global_step)  # before any net's update
+        for net, optimizer in zip(self.nets, self.optimizers):
+            for group in optimizer.param_groups:
+                group["lr"] = lr
             if self.train_config.grad_clip > 0:
                 nn.utils.clip_grad_norm_(net.parameters(), self.train_config.grad_clip)
             optimizer.step()
-            losses.append(loss.item())
         return losses
 
     def train(self, progress: bool = True) -> None:
@@ -218,7 +227,8 @@ class LockstepTrainer:
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc=f"finalise {len(self.nets)} archs",
                    unit="step", disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
-        with StopRequests() as stop, log_session_steps(self, "finalisation training", first):
+        with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
+              ThreadGovernor() as governor):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
@@ -227,7 +237,9 @@ class LockstepTrainer:
                     if self.train_config.channels_last:
                         x = x.contiguous(memory_format=torch.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
+                    step_started = time.perf_counter()
                     losses = self.train_step(x, y)
+                    governor.observe(time.perf_counter() - step_started)
                     self.global_step += 1
                     bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}")
@@ -264,7 +276,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
     """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
     config: FinalizeConfig = ctx.config.search.finalize
     task, space, run_dir = ctx.task, ctx.space, ctx.run_dir
-    chosen = select_spread(records, task.metric, config.archs)
+    chosen = select_spread(feasible_records(records, ctx.config.search), task.metric, config.archs)
     if not chosen:
         return {}
     journal = EvaluationJournal(run_dir.checkpoint_dir / "finalized.jsonl")

@@ -25,7 +25,7 @@ from search_spaces import SearchSpace, Supernet
 from tasks.data import DataError, batch_seed
 
 from .rundir import atomic_torch_save, load_checkpoint
-from .runtime import StopRequests
+from .runtime import StopRequests, ThreadGovernor, check_finite
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class TrainConfig:
     """Supernet training recipe.
 
     Args:
-        epochs: passes over the training split.
+        epochs: passes over the training split (fractions end the schedule inside an epoch).
         opt / lr / momentum / weight_decay: timm `create_optimizer_v2` arguments.
         sched / warmup_epochs / min_lr: timm `create_scheduler_v2`, stepped per update.
         sandwich_random: random archs per step besides the largest and the smallest.
@@ -50,7 +50,7 @@ class TrainConfig:
         checkpoint_every: steps between checkpoints (a checkpoint is also written at every epoch end).
     """
 
-    epochs: int = 3
+    epochs: float = 3
     opt: str = "sgd"
     lr: float = 0.1
     momentum: float = 0.9
@@ -66,11 +66,12 @@ class TrainConfig:
     checkpoint_every: int = 50
 
     def __post_init__(self):
-        for name in ("epochs", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1")
+        if self.epochs <= 0:
+            raise ValueError("epochs: must be > 0")
+        if self.checkpoint_every < 1:
+            raise ValueError("checkpoint_every: must be >= 1")
         for name in ("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay", "grad_clip"):
-            if getattr(self, name) < 0:
+            if not getattr(self, name) >= 0:  # NaN too
                 raise ValueError(f"{name}: must be >= 0")
 
 
@@ -99,7 +100,7 @@ class SupernetTrainer:
         if config.channels_last:
             to_channels_last(supernet)
         self.steps_per_epoch = task.train_batches.steps_per_epoch()
-        self.total_steps = config.epochs * self.steps_per_epoch
+        self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
         self.optimizer = create_optimizer_v2(supernet, opt=config.opt, lr=config.lr, weight_decay=config.weight_decay,
                                              momentum=config.momentum)
         self.scheduler, _ = create_scheduler_v2(
@@ -153,21 +154,23 @@ class SupernetTrainer:
         """One optimizer step over `archs` on one batch; returns the largest arch's loss."""
         self.supernet.train()
         self.optimizer.zero_grad(set_to_none=True)
-        teacher, first_loss = None, 0.0
-        for i, arch in enumerate(archs):
+        teacher, losses = None, []
+        for arch in archs:
             self.supernet.set_active(arch)
             out = self.supernet(x)
             if teacher is None or not self.config.distill:
                 loss = self.task.loss(out, y)
             else:
                 loss = self.task.distill_loss(out, teacher)
-            if i == 0:
-                teacher, first_loss = out.detach(), loss.item()
+            if teacher is None:
+                teacher = out.detach()
+            losses.append(loss.item())
             loss.backward()
+        check_finite(losses, "supernet training", self.global_step)
         if self.config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.config.grad_clip)
         self.optimizer.step()
-        return first_loss
+        return losses[0]
 
     def train(self, progress: bool = True, on_step: Callable[[int], None] | None = None) -> None:
         """Train to the end, checkpointing as configured. `on_step(global_step)` runs after each step."""
@@ -178,7 +181,8 @@ class SupernetTrainer:
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc="supernet", unit="step",
                    disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
-        with StopRequests() as stop, log_session_steps(self, "supernet training", first):
+        with (StopRequests() as stop, log_session_steps(self, "supernet training", first),
+              ThreadGovernor() as governor):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
@@ -186,17 +190,22 @@ class SupernetTrainer:
                         x = x.contiguous(memory_format=torch.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
                     self.scheduler.step_update(self.global_step)
+                    step_started = time.perf_counter()
                     loss = self.train_step(x, y, self.step_archs(epoch, step))
+                    governor.observe(time.perf_counter() - step_started)
                     if self.ema is not None:
                         self.ema.update(self.supernet, step=self.global_step)
                     self.global_step += 1
                     bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.4f}")
-                    if self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1:
+                    if (self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1
+                            or self.done):
                         self.save()
                     stop.check(self.save)
                     if on_step is not None:
                         on_step(self.global_step)
+                    if self.done:
+                        break
         bar.close()
         logger.info("supernet training finished: %d steps in %.0f s", self.total_steps, time.perf_counter() - started)
 

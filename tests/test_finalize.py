@@ -11,7 +11,7 @@ from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.errors import RunDirError
-from nas.finalize import FinalizeConfig, LockstepTrainer, ranking_fidelity, select_spread
+from nas.finalize import FinalizeConfig, LockstepTrainer, feasible_records, ranking_fidelity, select_spread
 from nas.report import read_csv
 from nas.rundir import RunDir
 from nas.supernet_training import TrainConfig
@@ -19,6 +19,15 @@ from nas.supernet_training import TrainConfig
 
 def _records(points):
     return [{"id": i, "arch": {"a": i}, "top1": m, "latency_ms": l} for i, (m, l) in enumerate(points)]
+
+
+def test_archs_over_the_search_latency_limit_are_not_finalised():
+    records = _records([(80, 1), (82, 2), (90, 30)])
+    limited = load_config(SMOKE, ["search.evolution.latency_limit_ms=2"]).search
+    assert [r["id"] for r in feasible_records(records, limited)] == [0, 1]
+    assert len(feasible_records(records, load_config(SMOKE).search)) == 3  # no limit
+    switched = load_config(SMOKE, ["search.evolution.latency_limit_ms=2", "search.strategy=differentiable"]).search
+    assert len(feasible_records(records, switched)) == 3  # the limit is the evolution's
 
 
 def test_selection_takes_the_best_arch_of_each_latency_bin():

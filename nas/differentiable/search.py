@@ -34,7 +34,7 @@ from search_spaces import SearchSpace
 
 from ..config import ConfigError
 from ..rundir import atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests
+from ..runtime import StopRequests, ThreadGovernor, check_finite
 from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
@@ -153,7 +153,7 @@ class DifferentiableSearch:
                               "fine-tuned instead); set it to 0")
         if config.warmup_epochs >= train.epochs:
             raise ConfigError(f"search.differentiable.warmup_epochs ({config.warmup_epochs}) must be below train.epochs "
-                             f"({train.epochs}): no epoch would search")
+                             f"({train.epochs:g}): no epoch would search")
         self.space, self.task, self.cost_model, self.train_config, self.config, self.seed = (
             space, task, cost_model, train, config, seed)
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
@@ -179,7 +179,7 @@ class DifferentiableSearch:
                                 f"{full.batch_size}")
         self.steps_per_epoch = self.weight_batches.steps_per_epoch()
         self.warmup_steps = config.warmup_epochs * self.steps_per_epoch
-        self.search_steps = train.epochs * self.steps_per_epoch
+        self.search_steps = max(1, round(train.epochs * self.steps_per_epoch))  # a fraction ends mid-epoch
         self.finetune_steps = config.finetune_epochs * full.steps_per_epoch()
         self.total_steps = self.search_steps + self.finetune_steps
 
@@ -266,6 +266,7 @@ class DifferentiableSearch:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.task.loss(self.relaxed(x, {k: g.detach() for k, g in gates.items()}), y)
         loss.backward()
+        check_finite([loss.item()], "differentiable search (weights)", self.global_step)
         if self.train_config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.train_config.grad_clip)
         self.optimizer.step()
@@ -280,6 +281,7 @@ class DifferentiableSearch:
         expected = self.latency(self.arch.probs(sharpness))
         loss = latency_loss(task_loss, expected, self.config, self.reference_ms)
         grads = torch.autograd.grad(loss, params)
+        check_finite([loss.item()], "differentiable search (architecture)", self.global_step)
         for p, g in zip(params, grads):
             p.grad = g
         self.arch_optimizer.step()
@@ -291,6 +293,7 @@ class DifferentiableSearch:
         self.finetune_optimizer.zero_grad(set_to_none=True)
         loss = self.task.loss(self.supernet(x), y)
         loss.backward()
+        check_finite([loss.item()], "fine-tuning of the derived arch", self.global_step)
         if self.train_config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.train_config.grad_clip)
         self.finetune_optimizer.step()
@@ -327,37 +330,48 @@ class DifferentiableSearch:
                    dynamic_ncols=True)
         started = time.perf_counter()
         every = self.train_config.checkpoint_every
-        with StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step):
+        with (StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step),
+              ThreadGovernor() as governor):
             while self.global_step < self.search_steps:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.weight_batches(epoch, start):
                     g = self.global_step
                     torch.manual_seed(batch_seed(self.seed, epoch, step))
                     self.scheduler.step_update(g)
+                    if g == self.warmup_steps:
+                        governor.new_phase()
+                    step_started = time.perf_counter()
                     loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
                     if g >= self.warmup_steps:
                         arch_epoch, arch_step = divmod(g - self.warmup_steps, self.arch_batches.steps_per_epoch())
                         _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
                         self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
                                                                  self.sharpness(g)))
+                    governor.observe(time.perf_counter() - step_started)
                     self.global_step += 1
-                    if step == self.steps_per_epoch - 1 and epoch >= self.config.warmup_epochs:
+                    last = step == self.steps_per_epoch - 1 or self.global_step == self.search_steps
+                    if last and epoch >= self.config.warmup_epochs:
                         self._end_of_epoch(epoch - self.config.warmup_epochs)
                     bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lat=f"{self.expected_latency_ms():.4f}")
-                    if self.global_step % every == 0 or step == self.steps_per_epoch - 1:
+                    if self.global_step % every == 0 or last:
                         self.save()
                     stop.check(self.save)
                     if on_step is not None:
                         on_step(self.global_step)
+                    if self.global_step == self.search_steps:
+                        break
             arch = self.derived
+            governor.new_phase()
             per_epoch = self.full_batches.steps_per_epoch()
             while not self.done:
                 epoch, start = divmod(self.global_step - self.search_steps, per_epoch)
                 for step, x, y in self.full_batches(epoch, start):
                     torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
                     self.finetune_scheduler.step_update(self.global_step - self.search_steps)
+                    step_started = time.perf_counter()
                     loss = self.finetune_step(self._input(x), y, arch)
+                    governor.observe(time.perf_counter() - step_started)
                     self.global_step += 1
                     bar.update(1)
                     bar.set_postfix(finetune=epoch, loss=f"{loss:.3f}")

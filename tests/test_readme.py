@@ -1,0 +1,124 @@
+"""The README is a contract: every command it shows runs, here on the smoke configs and small inputs.
+
+`README_COMMANDS` maps each command line of the README (code blocks and inline `vpunas ...` examples) to the
+concrete invocations that stand for it. A command added to the README without an entry here fails
+`test_every_readme_command_is_covered`; each entry must then succeed.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import CONFIGS, REPO, SMOKE, VPUNN_VECTORS
+from nas.cli import main
+from nas.config import load_config
+from nas.report import read_csv
+
+DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
+#: shrink a classification search to seconds: a sliver of the data, one short generation, two finalised archs
+SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
+         "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
+         "search.finalize.archs=2", "search.finalize.epochs=0.25", "baselines=[]"]
+TINY_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.kernel_sizes=[3]",
+              "space.expand_ratios=[3]"]
+
+
+def _readme_commands() -> set[str]:
+    """Command lines of the README: indented code lines that run something, and inline `vpunas ...` spans."""
+    text = (REPO / "README.md").read_text()
+    commands = set()
+    for line in text.splitlines():
+        if re.match(r"    (vpunas |\.venv/bin/|scripts/)", line):
+            commands.add(re.split(r"\s#", line)[0].strip())
+    commands.update(re.findall(r"`(vpunas [^`]*)`", text))
+    commands.update(o for o in re.findall(r"`([a-z_]+\.[a-z_.]+=[^`\s]+)`", text))
+    return commands
+
+
+def _front_id(run) -> str:
+    return next(r["id"] for r in read_csv(run.candidates) if r["is_pareto"] == "True")
+
+
+def _vpunn(kind: str, model: str, tmp) -> list[str]:
+    return ["vpunn", kind, model, str(VPUNN_VECTORS / f"vpunn_{kind}.csv"), "-o", str(tmp / f"{kind}.csv")]
+
+
+README_COMMANDS = {
+    # the first command: install.sh is what CI runs; the search is the default config, cut to seconds
+    "scripts/install.sh && .venv/bin/vpunas search configs/fmnist_mobilenet.yaml":
+        lambda tmp, smoke: [["search", DEFAULT, *SHORT, "--out", str(tmp / "default")]],
+    ".venv/bin/python -m pytest": None,  # this suite
+    "vpunas search CONFIG.yaml [key=value ...] [--out RUN_DIR] [--resume]":
+        lambda tmp, smoke: [["search", SMOKE, *SHORT, "--out", str(tmp / "r")],
+                            ["search", SMOKE, *SHORT, "--out", str(tmp / "r"), "--resume"]],
+    "vpunas report RUN_DIR": lambda tmp, smoke: [["report", str(smoke.path)]],
+    "vpunas export RUN_DIR --arch ID --format torch|onnx|openvino [-o PATH]":
+        lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", fmt, "-o",
+                             str(tmp / f"m.{fmt}")] for fmt in ("torch", "onnx", "openvino")],
+    "vpunas lut collect CONFIG.yaml [-o TABLE.json] [--device CPU|NPU]":
+        lambda tmp, smoke: [["lut", "collect", SMOKE, *TINY_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
+                             "--warmup", "1", "--repeats", "5", "--validate", "2", "--no-progress"]],
+    "vpunas lut collect CONFIG": None,  # the same command, quoted in prose
+    "vpunas cost MODEL [--cost vpunn:VPU_2_7] [--input 1x3x224x224]":
+        lambda tmp, smoke: [["cost", "resnet18", "--cost", "vpunn:VPU_2_7", "--input", "1x3x64x64"]],
+    "vpunas cost mobilenet_v2 --cost vpunn:VPU_2_7": lambda tmp, smoke: [["cost", "mobilenet_v2", "--cost",
+                                                                         "vpunn:VPU_2_7"]],
+    "vpunas cost RUN_DIR --arch ID [--cost vpunn:...|lut:FILE]":
+        lambda tmp, smoke: [["cost", str(smoke.path), "--arch", _front_id(smoke)],
+                            ["cost", str(smoke.path), "--arch", _front_id(smoke), "--cost", "vpunn:VPU_2_0"]],
+    "vpunas vpunn dpu|layer|dma MODEL_FILE INPUT.csv -o OUTPUT.csv":
+        lambda tmp, smoke: [_vpunn("dpu", "vpu_2_7.vpunn", tmp) + ["--device", "VPU_2_7"],
+                            _vpunn("layer", "vpu_2_7.vpunn", tmp) + ["--device", "VPU_2_7"],
+                            _vpunn("dma", "dma_2_7.vpunn", tmp)],
+    "vpunas export": None,  # prose
+    # overrides quoted in the README: each applies to the default config and runs a short smoke search
+    "train.epochs=1": lambda tmp, smoke: [["search", SMOKE, *SHORT, "train.epochs=1", "--out", str(tmp / "e")]],
+    "search.strategy=differentiable":
+        lambda tmp, smoke: [["search", DEFAULT, *SHORT, "train.epochs=2", "search.strategy=differentiable", "--out",
+                             str(tmp / "d")]],
+    "cost.model=vpunn:VPU_2_0":
+        lambda tmp, smoke: [["search", SMOKE, *SHORT, "cost.model=vpunn:VPU_2_0", "--out", str(tmp / "v")]],
+    # benchmarks: their smallest settings
+    ".venv/bin/python scripts/bench_supernet.py": ["scripts/bench_supernet.py", "--steps", "1", "--batch", "8"],
+    ".venv/bin/python scripts/bench_vpunn.py": ["scripts/bench_vpunn.py", "--threads", "1", "--repeat", "1"],
+    ".venv/bin/python scripts/bench_dnas.py": ["scripts/bench_dnas.py", "--steps", "1"],
+    ".venv/bin/python scripts/bench_quality.py RUN_DIR": ["scripts/bench_quality.py", "{run}", "--repeats", "10"],
+    ".venv/bin/python scripts/bench_contention.py": ["scripts/bench_contention.py", SMOKE, "--steps", "4"],
+    ".venv/bin/python scripts/bench_quality.py runs/fmnist_mobilenet --anchors configs/fmnist_mobilenet_smoke.yaml \\":
+        ["scripts/bench_quality.py", "{run}", "--repeats", "10", "--anchors", SMOKE, "--reference-anchors-ms",
+         "0.056,0.184", "--reference", "NNI:91.39:0.125:22.8"],
+}
+
+
+def test_every_readme_command_is_covered():
+    assert _readme_commands() == set(README_COMMANDS)
+
+
+def test_readme_overrides_apply_to_the_default_config():
+    for override in (c for c in README_COMMANDS if "=" in c and " " not in c):
+        key, value = override.split("=", 1)
+        section, name = key.split(".")
+        config = load_config(DEFAULT, [override])
+        assert getattr(getattr(config, section), name) == yaml.safe_load(value)
+
+
+@pytest.mark.parametrize("command", [c for c, run in README_COMMANDS.items() if callable(run)])
+def test_readme_command_runs(command, smoke_run, tmp_path, capsys):
+    for argv in README_COMMANDS[command](tmp_path, smoke_run):
+        argv = argv + ["--no-progress"] if argv[0] == "search" else argv
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("command", [c for c, run in README_COMMANDS.items() if isinstance(run, list)])
+def test_readme_benchmark_runs(command, smoke_run, tmp_path):
+    run_dir = tmp_path / "run"
+    shutil.copytree(smoke_run.path, run_dir)
+    argv = [a.replace("{run}", str(run_dir)) for a in README_COMMANDS[command]]
+    proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()  # it printed its figures
