@@ -237,9 +237,8 @@ class LockstepTrainer:
                     if self.train_config.channels_last:
                         x = x.contiguous(memory_format=torch.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
-                    step_started = time.perf_counter()
-                    losses = self.train_step(x, y)
-                    governor.observe(time.perf_counter() - step_started)
+                    with governor.timed_step():
+                        losses = self.train_step(x, y)
                     self.global_step += 1
                     bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}")

@@ -8,7 +8,9 @@ import math
 import signal
 import sys
 import threading
-from typing import Callable
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from .errors import TrainingDiverged
 
@@ -148,6 +150,13 @@ class ThreadGovernor:
         """The loop's steps change in kind (e.g. architecture steps join weight steps): measure the pace anew."""
         self.pace, self._seen = None, 0
         self._times.clear()
+
+    @contextmanager
+    def timed_step(self) -> Iterator[None]:
+        """Time the enclosed training step and `observe` it."""
+        started = time.perf_counter()
+        yield
+        self.observe(time.perf_counter() - started)
 
     def observe(self, seconds: float) -> None:
         """Record one step's wall time; may change the thread count between steps."""

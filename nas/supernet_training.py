@@ -190,9 +190,8 @@ class SupernetTrainer:
                         x = x.contiguous(memory_format=torch.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
                     self.scheduler.step_update(self.global_step)
-                    step_started = time.perf_counter()
-                    loss = self.train_step(x, y, self.step_archs(epoch, step))
-                    governor.observe(time.perf_counter() - step_started)
+                    with governor.timed_step():
+                        loss = self.train_step(x, y, self.step_archs(epoch, step))
                     if self.ema is not None:
                         self.ema.update(self.supernet, step=self.global_step)
                     self.global_step += 1

@@ -340,14 +340,14 @@ class DifferentiableSearch:
                     self.scheduler.step_update(g)
                     if g == self.warmup_steps:
                         governor.new_phase()
-                    step_started = time.perf_counter()
-                    loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
-                    if g >= self.warmup_steps:
-                        arch_epoch, arch_step = divmod(g - self.warmup_steps, self.arch_batches.steps_per_epoch())
-                        _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
-                        self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
-                                                                 self.sharpness(g)))
-                    governor.observe(time.perf_counter() - step_started)
+                    with governor.timed_step():
+                        loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
+                        if g >= self.warmup_steps:
+                            arch_epoch, arch_step = divmod(g - self.warmup_steps,
+                                                           self.arch_batches.steps_per_epoch())
+                            _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
+                            self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
+                                                                     self.sharpness(g)))
                     self.global_step += 1
                     last = step == self.steps_per_epoch - 1 or self.global_step == self.search_steps
                     if last and epoch >= self.config.warmup_epochs:
@@ -369,9 +369,8 @@ class DifferentiableSearch:
                 for step, x, y in self.full_batches(epoch, start):
                     torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
                     self.finetune_scheduler.step_update(self.global_step - self.search_steps)
-                    step_started = time.perf_counter()
-                    loss = self.finetune_step(self._input(x), y, arch)
-                    governor.observe(time.perf_counter() - step_started)
+                    with governor.timed_step():
+                        loss = self.finetune_step(self._input(x), y, arch)
                     self.global_step += 1
                     bar.update(1)
                     bar.set_postfix(finetune=epoch, loss=f"{loss:.3f}")
