@@ -119,6 +119,25 @@ def test_vpu20_splits_cmx_overflows(mobilenet_layers):
     assert not whole.valid and "ERROR_INPUT_TOO_BIG" in {r.error for r in whole.by_strategy}
 
 
+def test_tensors_too_big_for_cmx_pay_ddr_transfers():
+    """A 360x640 super-resolution frame cannot stay in the 2 MB CMX: its split layers read and write DDR and
+    its memory-bound ops move through DDR, so it costs more than if every tensor stayed on chip; a 28x28 network
+    fits and costs the same either way."""
+    def sr_net(c=32):
+        return nn.Sequential(nn.Conv2d(3, c, 3, padding=1), nn.ReLU(), nn.Conv2d(c, c, 3, padding=1),
+                             nn.Conv2d(c, 12, 3, padding=1), nn.PixelShuffle(2))
+
+    auto, on_chip = load_vpunn_cost_model("VPU_2_7"), load_vpunn_cost_model("VPU_2_7", activations_in_ddr=False)
+    frame = auto.network_cost(extract_layers(sr_net(), (1, 3, 360, 640)))
+    assert frame.total_cycles > on_chip.network_cost(extract_layers(sr_net(), (1, 3, 360, 640))).total_cycles
+    rules = [c.rule for c in frame.layers]
+    assert any(r.startswith("dpu-split") and r.endswith("+ddr") for r in rules) and "memory-bound+ddr" in rules
+    small = extract_layers(sr_net(), (1, 3, 28, 28))
+    assert auto.network_cost(small).total_cycles == on_chip.network_cost(small).total_cycles
+    with pytest.raises(VpunnError, match="activations_in_ddr"):
+        load_vpunn_cost_model("VPU_2_7", activations_in_ddr="sometimes")
+
+
 # -- the rules for other layers -------------------------------------------------------------------------------
 
 class _Odd(nn.Module):

@@ -15,14 +15,20 @@ per-layer table), never dropped:
 * **dpu-split KxH** - a layer no strategy can fit in CMX (ERROR_INPUT_TOO_BIG, common on VPU 2.0 at 224x224)
   is cut, as a compiler would, into K output-channel chunks x H output-row slices (slices keep their share of
   the padding and overlap like SOH tiles), the smallest cut whose pieces fit CMX; the pieces run one after
-  another and their costs add.
+  another and their costs add. Its tensors cannot stay in CMX: each piece reads its input from DDR and writes
+  its output to DDR, costed by the layer model's DMA terms (Intel's `Layer(..., input_in_ddr, output_in_ddr)`),
+  rule **dpu-split KxH+ddr**.
 * **dpu-theoretical** - a DPU layer the layer model rejects for another reason (e.g. a kernel above 15 or a
   stride above 8) costs VPUNN's theoretical cycles of the whole layer as one workload, divided by the DPUs
   that would share it (tiles x DPUs per tile).
 * **memory-bound** - ops the DPU does not run (pixel_shuffle, global_avgpool, upsample, concat, mul,
   standalone act / batchnorm, other): bytes read + bytes written moved once through CMX at the theoretical DMA
   rate (VPUNN's legacy DMA model, CMX->CMX, latency included). Reads are the input tensor (mul: input and an
-  output-sized operand; concat: the output-sized inputs), writes the output tensor.
+  output-sized operand; concat: the output-sized inputs), writes the output tensor. When those bytes exceed the
+  CMX of all tiles, they move DDR->CMX and CMX->DDR instead, at the DDR rate: rule **memory-bound+ddr**.
+
+Where activations live is the option `activations_in_ddr`: "auto" (default) as above, True for every DPU
+layer, False never (every tensor assumed in CMX, as before spills were modelled).
 
 Cycles are DPU clock cycles (700 MHz on VPU 2.0, 1300 MHz on VPU 2.7).
 """
@@ -72,7 +78,8 @@ COST_MODEL_OPTIONS = {
     "n_dpu": "the layer model's nDPU argument (default 1 on VPU 2.7, 5 on VPU 2.0)",
     "strategy": "AUTO_MIN (default), NONE, SOHO or SOK",
     "weights_dma": "add the weights DMA of every layer (prefetching off); default False",
-    "activations_in_ddr": "add a DDR->CMX input and a CMX->DDR output transfer per DPU layer; default False",
+    "activations_in_ddr": "'auto' (default): tensors that do not fit CMX go through DDR; True: every DPU "
+                          "layer's input and output; False: none",
     "dma": "'theoretical' (default) or 'nn' (dma_2_7.vpunn) for those transfers",
     "blas_threads": "BLAS threads of the NN pass (default 1, robust on shared cores; None: the library's)",
 }
@@ -170,13 +177,15 @@ class VpunnCostModel(CostModel):
         n_tiles / n_dpu: arguments of the layer model (defaults: the reference configurations).
         strategy: a VPUTilingStrategy; AUTO_MIN takes the best of the three.
         dma: DmaModel for the DMA terms, None for the theoretical DMA model.
-        weights_dma / activations_in_ddr: add those DMA terms to every DPU layer.
+        weights_dma: add the weights DMA of every DPU layer.
+        activations_in_ddr: "auto" (tensors that do not fit CMX pay DDR transfers, see the module docstring),
+            True (every DPU layer's input and output) or False (none).
     """
 
     def __init__(self, device: VPUDevice, dpu: DpuModel, *, name: str = "", dtype: str = "uint8",
                  n_tiles: int | None = None, n_dpu: int | None = None,
                  strategy: VPUTilingStrategy = VPUTilingStrategy.AUTO_MIN, dma: DmaModel | None = None,
-                 weights_dma: bool = False, activations_in_ddr: bool = False):
+                 weights_dma: bool = False, activations_in_ddr: bool | str = "auto"):
         if dtype not in ("uint8", "fp16"):
             raise VpunnError(f"dtype must be 'uint8' or 'fp16', not {dtype!r}")
         self.device = VPUDevice(device)
@@ -193,7 +202,9 @@ class VpunnCostModel(CostModel):
         self.dtype = dtype
         self.strategy = VPUTilingStrategy(strategy)
         self.weights_dma = bool(weights_dma)
-        self.activations_in_ddr = bool(activations_in_ddr)
+        if activations_in_ddr not in ("auto", True, False):
+            raise VpunnError(f"activations_in_ddr must be 'auto', True or False, not {activations_in_ddr!r}")
+        self.activations_in_ddr = activations_in_ddr
         self.layer_model = LayerModel(dpu, dma)
         self._layer_cache: dict[tuple, tuple[int, str, str, str]] = {}
         self._dpu_cache: dict[DPUWorkload, tuple[int, str, str]] = {}
@@ -266,11 +277,18 @@ class VpunnCostModel(CostModel):
     def _memory_cycles(self, n_bytes: int) -> int:
         return int(theoretical_dma_cycles(self.device, n_bytes, DMADirection.CMX2CMX))
 
-    def _shave_cycles(self, spec: LayerSpec) -> int:
+    def _shave_plan(self, spec: LayerSpec) -> "_Plan":
+        """A memory-bound op: its bytes through CMX, or through DDR when they exceed the CMX of all tiles."""
         out = self._bytes(spec.out_shape, spec.dtype)
         read = {"concat": out, "mul": self._bytes(spec.in_shape, spec.dtype) + out}.get(
             spec.op, self._bytes(spec.in_shape, spec.dtype))
-        return self._memory_cycles(read + out)
+        in_ddr = self.activations_in_ddr is True or (
+            self.activations_in_ddr == "auto" and read + out > self.n_tiles * self.config.cmx_bytes)
+        if not in_ddr:
+            return _Plan([], self._memory_cycles(read + out), "memory-bound")
+        ddr = int(theoretical_dma_cycles(self.device, read, DMADirection.DDR2CMX)
+                  + theoretical_dma_cycles(self.device, out, DMADirection.CMX2DDR))
+        return _Plan([], ddr, "memory-bound+ddr")
 
     def _cin(self, c: int) -> int:
         """Input channels of a conv: kept for 1-15 on VPU 2.7 (CM_CONV), else padded to a multiple of 16."""
@@ -278,7 +296,7 @@ class VpunnCostModel(CostModel):
 
     def _lower(self, spec: LayerSpec) -> _Plan:
         if spec.op not in _DPU_OPS or (spec.op == "add" and spec.in_shape != spec.out_shape):
-            return _Plan([], self._shave_cycles(spec), "memory-bound")
+            return self._shave_plan(spec)
         n, c_in, h_in, w_in = spec.in_shape
         _, c_out, h_out, w_out = spec.out_shape
         act = _ACTIVATIONS.get(spec.activation)
@@ -334,9 +352,11 @@ class VpunnCostModel(CostModel):
                       + (f" x{alt[0][1]}" if alt[0][1] > 1 else ""))
             self._layer_cache[key] = (cycles + plan.extra_cycles, rule, strategy, detail)
 
-    def _requests(self, layers: Sequence[DPUWorkload]) -> list[LayerRequest]:
-        return [LayerRequest(lay, self.strategy, self.n_dpu, self.n_tiles, self.activations_in_ddr,
-                             self.activations_in_ddr, not self.weights_dma) for lay in layers]
+    def _requests(self, layers: Sequence[DPUWorkload], split: bool = False) -> list[LayerRequest]:
+        """Layer-model calls; `split` pieces of a layer too big for CMX have their tensors in DDR ("auto")."""
+        ddr = self.activations_in_ddr is True or (split and self.activations_in_ddr == "auto")
+        return [LayerRequest(lay, self.strategy, self.n_dpu, self.n_tiles, ddr, ddr, not self.weights_dma)
+                for lay in layers]
 
     def _cost_dpu_layers(self, layers: list[DPUWorkload]) -> None:
         """Layer model on all layers at once; CMX overflows are split and costed in further batched rounds."""
@@ -360,13 +380,14 @@ class VpunnCostModel(CostModel):
                 break
             pieces = {lay: self._pieces(lay, *split) for lay, split in pending.items()}
             flat = [p for ps in pieces.values() for p in ps]
-            results = iter(self.layer_model.cost(self._requests(flat)))
+            results = iter(self.layer_model.cost(self._requests(flat, split=True)))
             retry = {}
             for lay, ps in pieces.items():
                 res = [next(results) for _ in ps]
                 k, h = pending[lay]
                 if all(r.valid for r in res):
-                    self._dpu_cache[lay] = (sum(r.cycles for r in res), f"dpu-split {k}x{h}",
+                    ddr = "+ddr" if self.activations_in_ddr is not False else ""
+                    self._dpu_cache[lay] = (sum(r.cycles for r in res), f"dpu-split {k}x{h}{ddr}",
                                             res[0].strategy.name)
                 elif any(self._too_big(r) for r in res) and h < lay.out_h:
                     retry[lay] = (k, min(lay.out_h, 2 * h))
@@ -484,5 +505,5 @@ def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
     return VpunnCostModel(device, dpu, name=label, dtype=options.get("dtype", "uint8"),
                           n_tiles=options.get("n_tiles"), n_dpu=options.get("n_dpu"), strategy=strategy, dma=dma,
                           weights_dma=options.get("weights_dma", False),
-                          activations_in_ddr=options.get("activations_in_ddr", False))
+                          activations_in_ddr=options.get("activations_in_ddr", "auto"))
 
