@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -18,7 +19,7 @@ from .profiler import MeasureSettings, OpenVinoProfiler
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LatencyTable", "LutCostModel", "collect_latency_table", "FORMAT_VERSION"]
+__all__ = ["LatencyTable", "LatencyCorrection", "LutCostModel", "collect_latency_table", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 
@@ -56,6 +57,47 @@ class LatencyTable:
         return json.dumps({"format": FORMAT_VERSION, "metadata": self.metadata,
                            "entries": dict(sorted(self.entries.items()))}, indent=1) + "\n"
 
+    def settings(self) -> MeasureSettings:
+        """How the table was measured: the settings a re-measurement on this machine uses."""
+        meta = self.metadata
+        return MeasureSettings(device=meta.get("device", "CPU"), precision=meta.get("precision", "f32"),
+                               threads=int(meta.get("threads", 1)), warmup=int(meta.get("warmup", 20)),
+                               repeats=int(meta.get("repeats", 100)))
+
+    def foreign_fields(self, local: dict) -> dict:
+        """The fields of where it was measured (host, device, runtime) in which the table differs from `local`
+        (an `OpenVinoProfiler.metadata()`); empty when the table was measured here."""
+        return {k: self.metadata.get(k) for k in MEASURED_WHERE if self.metadata.get(k) != local.get(k)}
+
+
+#: metadata fields that say where a table was measured: entries from two such places do not mix
+MEASURED_WHERE = ("host", "device", "device_name", "runtime_version", "precision", "threads")
+
+
+@dataclass(frozen=True)
+class LatencyCorrection:
+    """A table moved to another machine: latency there = `scale` x the table's prediction + `offset_ms`.
+
+    Fitted by least squares on whole networks measured on the new machine (`fit`): a faster or slower CPU scales
+    every block alike, and a different per-inference cost shifts every network alike.
+    """
+
+    scale: float
+    offset_ms: float
+
+    @classmethod
+    def fit(cls, predicted_ms: Sequence[float], measured_ms: Sequence[float]) -> "LatencyCorrection":
+        predicted, measured = np.asarray(predicted_ms, dtype=float), np.asarray(measured_ms, dtype=float)
+        if len(predicted) < 2 or np.ptp(predicted) <= 0:
+            raise CostModelError("a latency correction needs at least two networks of different predicted latency")
+        scale, offset = np.polyfit(predicted, measured, 1)
+        if scale <= 0:  # measurements that contradict the table's ordering: keep its ordering, fit the level only
+            scale, offset = float(np.mean(measured) / np.mean(predicted)), 0.0
+        return cls(round(float(scale), 6), round(float(offset), 6))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
 
 class LutCostModel(CostModel):
     """Latency from a measured table. A block missing from the table is an error naming the key, unless
@@ -65,10 +107,13 @@ class LutCostModel(CostModel):
         table: the measured latencies.
         name: recorded with every result (e.g. "lut:fmnist_openvino_cpu.json").
         measure_missing: measure unknown blocks on demand instead of failing.
+        correction: applied to every latency (blocks scaled, the network's fixed cost shifted), e.g. for a table
+            measured on another machine.
     """
 
-    def __init__(self, table: LatencyTable, name: str = "lut", measure_missing: bool = False):
-        self.table, self.name, self.measure_missing = table, name, measure_missing
+    def __init__(self, table: LatencyTable, name: str = "lut", measure_missing: bool = False,
+                 correction: LatencyCorrection | None = None):
+        self.table, self.name, self.measure_missing, self.correction = table, name, measure_missing, correction
         self.dtype = "fp16" if table.metadata.get("precision") in ("f16", "bf16") else "uint8"
         self._profiler: OpenVinoProfiler | None = None
 
@@ -80,18 +125,17 @@ class LutCostModel(CostModel):
 
     def _measure(self, block: Block) -> dict:
         if self._profiler is None:
-            meta = self.table.metadata
-            self._profiler = OpenVinoProfiler(MeasureSettings(
-                device=meta.get("device", "CPU"), precision=meta.get("precision", "f32"),
-                threads=int(meta.get("threads", 1)), warmup=int(meta.get("warmup", 20)),
-                repeats=int(meta.get("repeats", 100))))
+            self._profiler = OpenVinoProfiler(self.table.settings())
         logger.info("measuring missing LUT entry %s", block.key)
         entry = self._profiler.measure_block(block.build(), block.input_shape)
         self.table.entries[block.key] = entry
         return entry
 
     def latency_ms(self, blocks: Sequence[Block]) -> float:
-        return float(np.sum(self.block_latencies_ms(blocks))) + float(self.table.metadata.get("inference_overhead_ms", 0.0))
+        overhead = float(self.table.metadata.get("inference_overhead_ms", 0.0))
+        if self.correction is not None:
+            overhead = self.correction.scale * overhead + self.correction.offset_ms
+        return float(np.sum(self.block_latencies_ms(blocks))) + overhead
 
     def check_covers(self, blocks: Sequence[Block]) -> None:
         keys = {b.key for b in blocks}
@@ -111,7 +155,7 @@ class LutCostModel(CostModel):
                                          "space ('vpunas lut collect CONFIG') or set cost.measure_missing: true")
                 entry = self._measure(block)
             out[i] = entry["median_ms"]
-        return out
+        return out if self.correction is None else out * self.correction.scale
 
 
 def collect_latency_table(blocks: Sequence[Block], network_input_shape, settings: MeasureSettings,
@@ -128,10 +172,9 @@ def collect_latency_table(blocks: Sequence[Block], network_input_shape, settings
     table = table or LatencyTable()
     meta = profiler.metadata()
     # a table continues only where it was measured and as it was: entries of two machines do not mix
-    same = ("host", "device", "device_name", "runtime_version", "precision", "threads", "repeats")
-    if table.entries and any(table.metadata.get(k) != meta[k] for k in same):
-        raise CostModelError("the existing table was measured elsewhere or with other settings "
-                             f"({ {k: table.metadata.get(k) for k in same if table.metadata.get(k) != meta[k]} }); "
+    differs = {k: table.metadata.get(k) for k in (*MEASURED_WHERE, "repeats") if table.metadata.get(k) != meta[k]}
+    if table.entries and differs:
+        raise CostModelError(f"the existing table was measured elsewhere or with other settings ({differs}); "
                              "write to a new file")
     table.metadata.update(meta)
     table.metadata.setdefault("date", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

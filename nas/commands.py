@@ -1,7 +1,8 @@
-"""Subcommands `search`, `report`, `export` and `lut collect` of the `vpunas` CLI."""
+"""Subcommands `search`, `report`, `export`, `lut collect` and `lut validate` of the `vpunas` CLI."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shlex
 from pathlib import Path
@@ -91,21 +92,33 @@ def add_lut_parser(sub) -> None:
                                        "a JSON latency table. An existing output is continued (resumable).")
     c.add_argument("config")
     c.add_argument("overrides", nargs="*", metavar="key=value")
-    c.add_argument("-o", "--output", help="table file (default: the config's cost.model when it is a lut:)")
+    c.add_argument("-o", "--output", help="table file (default luts/<config name>_openvino_<device>_<host>.json)")
     c.add_argument("--device", default="CPU", help="OpenVINO device (CPU, NPU, GPU)")
     c.add_argument("--precision", default="f32", choices=["f32", "f16", "bf16"])
     c.add_argument("--threads", type=int, default=1)
     c.add_argument("--warmup", type=int, default=20)
     c.add_argument("--repeats", type=int, default=100)
     c.add_argument("--validate", type=int, default=10, metavar="N",
-                   help="also measure N random whole archs and record how well the table predicts them")
+                   help="also measure N whole archs and record how well the table predicts them")
     c.add_argument("--no-progress", action="store_true")
     c.set_defaults(handler=_lut_collect)
+    v = lut_sub.add_parser("validate", help="measure sampled archs end to end and compare them with a table",
+                           description="Measure N archs of a table's space end to end on this machine (the table's "
+                                       "device and settings) and print how well the table predicts them, as "
+                                       "measured and after the correction a run applies (fitted on the first "
+                                       "archs, figures on the others). Saves validation.json and validation.png.")
+    v.add_argument("source", help="a config whose cost.model is a lut:, or a table file (.json)")
+    v.add_argument("--archs", type=int, default=50, help="archs to measure (default 50)")
+    v.add_argument("--calibration-archs", type=int, default=8,
+                   help="of which the correction is fitted on the first (default 8, as cost.correction_archs)")
+    v.add_argument("--seed", type=int, default=0)
+    v.add_argument("-o", "--output", help="folder of the results (default runs/lut_validate_<table name>)")
+    v.set_defaults(handler=_lut_validate)
 
 
 def _lut_collect(args: argparse.Namespace) -> int:
     from hw_cost.lut import LatencyTable, collect_latency_table
-    from hw_cost.profiler import MeasureSettings
+    from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 
     from .config import ConfigError, load_config
     from .lut_validation import validate_table
@@ -113,20 +126,23 @@ def _lut_collect(args: argparse.Namespace) -> int:
     from .search import build_task_and_space
 
     config = load_config(args.config, args.overrides)
+    if 0 < args.validate < 4:
+        raise ConfigError("--validate: 0 (none) or at least 4 archs (2 fit a correction, the others check it)")
+    settings = MeasureSettings(args.device, args.precision, args.threads, args.warmup, args.repeats)
     if args.output:
         out = Path(args.output)
-    elif config.cost.model.startswith("lut:"):
-        out = Path(config.cost.model[4:])
-    else:
-        raise ConfigError("lut collect: give -o/--output (the config's cost.model is not a lut:)")
+    else:  # never a shipped table: a table belongs to the machine that measured it
+        host = OpenVinoProfiler(settings).metadata()["host"]
+        out = Path("luts") / f"{config.name}_openvino_{args.device.lower()}_{host}.json"
     task, space = build_task_and_space(config)
-    settings = MeasureSettings(args.device, args.precision, args.threads, args.warmup, args.repeats)
     table = LatencyTable.load(out) if out.exists() else None
     save = lambda t: atomic_write_text(out, t.to_json())
+    out.parent.mkdir(parents=True, exist_ok=True)
     table = collect_latency_table(space.all_blocks(), (1, *task.input_shape), settings, table, on_entry=save,
                                   progress=not args.no_progress)
+    table.metadata.update(space=config.to_dict()["space"], num_outputs=task.num_outputs)
     if args.validate:
-        table.metadata["validation"] = validate_table(space, table, settings, args.validate, seed=config.seed)
+        table.metadata["validation"] = validate_table(space, table, args.validate, seed=config.seed)
     table.metadata["created_by"] = shlex.join(
         ["vpunas", "lut", "collect", args.config, *args.overrides, "-o", str(out), "--device", args.device,
          "--precision", args.precision, "--threads", str(args.threads), "--warmup", str(args.warmup),
@@ -134,7 +150,54 @@ def _lut_collect(args: argparse.Namespace) -> int:
     save(table)
     print(f"{out}: {len(table.entries)} blocks")
     if args.validate:
-        v = table.metadata["validation"]
-        print(f"whole-network check on {v['archs']} archs: Kendall tau {v['kendall_tau']:.3f}, "
-              f"mean |error| {v['mean_abs_pct_error']:.1f}%")
+        print(_validation_summary(table.metadata["validation"]))
+    return 0
+
+
+def _validation_summary(v: dict) -> str:
+    before, after = v["before"], v["after_held_out"]
+    fig = lambda a: (f"MAPE {a['mape_pct']:.1f}%, {100 * a['within_10pct']:.0f}% within +-10%, Spearman "
+                     + ("n/a" if a["spearman"] is None else f"{a['spearman']:.3f}"))
+    c = v["correction"]
+    return (f"{v['archs']} archs measured end to end here\n  as measured: {fig(before)}\n"
+            f"  corrected ({c['scale']:.3g} x table + {c['offset_ms']:.4f} ms, fitted on {v['calibration_archs']}; "
+            f"{after['archs']} held out): {fig(after)}")
+
+
+def _lut_validate(args: argparse.Namespace) -> int:
+    from hw_cost.cost_model import CostModelError
+    from hw_cost.lut import LatencyTable
+    from search_spaces import build_space
+
+    from .config import ConfigError, load_config, load_space_config
+    from .lut_validation import plot_validation, validate_table
+    from .rundir import atomic_write_text
+    from .search import build_task_and_space
+
+    if args.archs < 4:
+        raise ConfigError("--archs: must be >= 4 (the correction is fitted on some, checked on the others)")
+    if args.source.endswith(".json"):
+        table_path = args.source
+        table = LatencyTable.load(table_path)
+        meta = table.metadata
+        if "space" not in meta or "num_outputs" not in meta:
+            raise CostModelError(f"{args.source} does not record its search space; validate it through its config "
+                                 "(vpunas lut validate CONFIG)")
+        space = build_space(load_space_config(meta["space"]), tuple(meta["network_input_shape"][1:]),
+                            meta["num_outputs"])
+    else:
+        config = load_config(args.source)
+        if not config.cost.model.startswith("lut:"):
+            raise ConfigError(f"{args.source}: cost.model is {config.cost.model}, not a latency table (lut:)")
+        table_path = config.cost.model[4:]
+        table = LatencyTable.load(table_path)
+        _, space = build_task_and_space(config)
+    out = Path(args.output or Path("runs") / f"lut_validate_{Path(table_path).stem}")
+    result = validate_table(space, table, args.archs, seed=args.seed, calibration_archs=args.calibration_archs)
+    out.mkdir(parents=True, exist_ok=True)
+    result = {"table": str(table_path), **result}
+    atomic_write_text(out / "validation.json", json.dumps(result, indent=1) + "\n")
+    plot_validation(result, out / "validation.png")
+    print(_validation_summary(result))
+    print(f"{out / 'validation.json'}\n{out / 'validation.png'}")
     return 0

@@ -28,12 +28,18 @@ class CostConfig:
         model_dir: folder of the VPUNN model files (default: $VPUNAS_VPUNN_DIR, else the files shipped in
             hw_cost/vpunn/models).
         measure_missing: measure blocks missing from a LUT on this machine instead of failing.
+        correct: a LUT measured on another machine is checked at the run's start against `correction_archs` whole
+            networks measured here and corrected to them ("auto"); "always" does so for any table, "never" uses
+            the table as measured (`nas.lut_validation.correct_for_this_machine`).
+        correction_archs: networks measured for that check (the largest, the smallest, random ones).
     """
 
     model: str = "vpunn:VPU_2_7"
     dtype: str = "uint8"
     model_dir: Optional[str] = None
     measure_missing: bool = False
+    correct: str = "auto"
+    correction_archs: int = 8
 
     def __post_init__(self):
         if self.dtype not in ("uint8", "fp16"):
@@ -43,6 +49,13 @@ class CostConfig:
             raise ValueError("dtype and model_dir configure VPUNN; a latency table carries its own precision")
         if self.measure_missing and not lut:
             raise ValueError("measure_missing applies to latency tables (lut:), not to VPUNN")
+        if self.correct not in ("auto", "always", "never"):
+            raise ValueError(f"correct: {self.correct!r} is not one of auto, always, never")
+        if self.correct == "always" and not lut:
+            raise ValueError("correct: always applies to latency tables (lut:); VPUNN predicts the NPU, not this "
+                             "machine")
+        if self.correction_archs < 3:
+            raise ValueError("correction_archs: must be >= 3")
 
     def options(self) -> dict:
         """Keyword options for `hw_cost.load_cost_model`."""
@@ -191,10 +204,15 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read, override, validate and resolve a run config."""
+def load_space_config(raw: Any):
+    """The space section's dataclass (by its `type`, default mobilenet) from a raw mapping."""
     from search_spaces import SPACES
 
+    return _dispatch(raw, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read, override, validate and resolve a run config."""
     from .supernet_training import TrainConfig
 
     path = Path(path)
@@ -214,7 +232,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     task = _dispatch(top.task, "task", "type", _task_configs(), "classification")
     if getattr(task, "root", None):
         task.root = _resolve_path(task.root, base)
-    space = _dispatch(top.space, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
+    space = load_space_config(top.space)
     search = _search_config(top.search)
     cost = _structured(CostConfig, top.cost, "cost")
     kind, _, arg = cost.model.partition(":")

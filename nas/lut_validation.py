@@ -1,39 +1,159 @@
-"""How far a latency table can be trusted: its sums against whole networks measured on the same device."""
+"""How far a latency table can be trusted, and how a table measured elsewhere is corrected for this machine.
+
+A table sums per-block latencies measured on one machine. Moved to another (another CPU, another OpenVINO), its
+numbers are off by a factor and a fixed per-inference cost, while its ranking mostly survives. Whole networks of
+the space measured here give both the table's error on this machine and a `LatencyCorrection` fitted to them.
+"""
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 
 import numpy as np
 
-from hw_cost.lut import LatencyTable, LutCostModel
-from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
+from hw_cost.cost_model import CostModelError
+from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
+from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace
+
+from .errors import RunDirError
+from .rundir import atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["validate_table"]
+__all__ = ["agreement", "validate_table", "correct_for_this_machine",
+           "load_run_correction", "plot_validation"]
+
+CORRECTION_FILE = "latency_correction.json"
 
 
-def validate_table(space: SearchSpace, table: LatencyTable, settings: MeasureSettings, n_archs: int,
-                   seed: int = 0) -> dict:
-    """Measure `n_archs` archs (largest, smallest, random) as whole networks and compare with the table's sums.
-
-    Returns the Kendall rank correlation, the mean absolute percentage error and the per-arch figures.
-    """
-    from scipy.stats import kendalltau
-
-    rng = np.random.default_rng([seed, 23])
-    archs = [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(max(0, n_archs - 2))]
+def _predicted_and_measured(space: SearchSpace, model: LutCostModel, archs: list[dict]):
+    """The table's latency (ms) of each arch, and the arch's end-to-end latency on this machine measured as the
+    table was (device, precision, threads, repeats), interleaved so that drift of a shared machine hits all
+    archs alike."""
+    predicted = np.array([model.latency_ms(space.blocks(a)) for a in archs])
     supernet = space.build_supernet().eval()
-    profiler = OpenVinoProfiler(settings)
-    model = LutCostModel(table)
-    predicted, measured = [], []
-    for arch in archs[:n_archs]:
-        predicted.append(model.latency_ms(space.blocks(arch)))
-        measured.append(profiler.measure(supernet.extract(arch), (1, *space.input_shape)).median_ms)
-    predicted, measured = np.array(predicted), np.array(measured)
-    tau = float(kendalltau(predicted, measured).statistic) if len(archs) > 2 else float("nan")
-    error = np.abs(predicted - measured) / measured * 100
-    logger.info("LUT check: tau %.3f, mean |error| %.1f%%", tau, error.mean())
-    return {"archs": len(predicted), "kendall_tau": round(tau, 4), "mean_abs_pct_error": round(float(error.mean()), 2),
-            "predicted_ms": np.round(predicted, 4).tolist(), "measured_ms": np.round(measured, 4).tolist()}
+    networks = [supernet.extract(arch).eval() for arch in archs]
+    stats = OpenVinoProfiler(model.table.settings()).measure_many(networks, (1, *space.input_shape), rounds=5)
+    return predicted, np.array([s.median_ms for s in stats])
+
+
+def agreement(predicted, measured) -> dict:
+    """nn-Meter's figures of a latency predictor: mean absolute percentage error, the share of networks within
+    +-10 % of measured, Spearman and Kendall rank correlation."""
+    from scipy.stats import kendalltau, spearmanr
+
+    predicted, measured = np.asarray(predicted, dtype=float), np.asarray(measured, dtype=float)
+    error = np.abs(predicted - measured) / measured
+    rank = lambda f: round(float(f(predicted, measured).statistic), 4) if len(measured) > 2 else None
+    return {"archs": len(measured), "mape_pct": round(float(error.mean() * 100), 2),
+            "within_10pct": round(float(np.mean(error <= 0.10)), 4), "spearman": rank(spearmanr),
+            "kendall_tau": rank(kendalltau)}
+
+
+def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: int = 0,
+                   calibration_archs: int = 8) -> dict:
+    """Measure `n_archs` archs of `space` here and compare them with the table, as it is and corrected.
+
+    The correction is fitted on the first `calibration_archs` of them, as a run does at its start; the figures
+    after correction are those of the other archs (held out), so they say what a run can expect.
+    """
+    k = min(calibration_archs, n_archs - 2)
+    if k < 2:
+        raise CostModelError("a table's validation needs at least 4 archs (2 fit the correction, 2 check it)")
+    archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+    predicted, measured = _predicted_and_measured(space, LutCostModel(table), archs)
+    correction = LatencyCorrection.fit(predicted[:k], measured[:k])
+    corrected = correction.scale * predicted + correction.offset_ms
+    result = {"measured_on": OpenVinoProfiler(table.settings()).metadata(), "archs": len(archs),
+              "calibration_archs": k, "before": agreement(predicted, measured),
+              "correction": correction.to_dict(), "after_held_out": agreement(corrected[k:], measured[k:]),
+              "predicted_ms": np.round(predicted, 4).tolist(), "corrected_ms": np.round(corrected, 4).tolist(),
+              "measured_ms": np.round(measured, 4).tolist()}
+    logger.info("latency table against %d archs measured here: MAPE %.1f%%, %.0f%% within 10%%; corrected "
+                "(fitted on %d): MAPE %.1f%%, %.0f%% within 10%%", len(archs), result["before"]["mape_pct"],
+                100 * result["before"]["within_10pct"], k, result["after_held_out"]["mape_pct"],
+                100 * result["after_held_out"]["within_10pct"])
+    return result
+
+
+def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str, n_archs: int, seed: int,
+                             run_dir) -> None:
+    """Decide, once per run, whether the run's table is corrected for this machine, and record it.
+
+    `mode` is `cost.correct`. A table measured on another host, device or runtime ("auto"), or any table
+    ("always"), is checked against `n_archs` whole networks measured here and corrected by a fitted
+    `LatencyCorrection`. The decision and the figures go to the run directory's latency_correction.json; a
+    resumed run reads them back instead of measuring again, so every latency of a run comes from one model.
+    """
+    path = Path(run_dir.path) / CORRECTION_FILE
+    if load_run_correction(model, run_dir):
+        return
+    record: dict = {"table": model.name, "mode": mode}
+    foreign = {}
+    if mode != "never":
+        foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
+    if mode == "always" or (mode == "auto" and foreign):
+        archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+        predicted, measured = _predicted_and_measured(space, model, archs)
+        model.correction = LatencyCorrection.fit(predicted, measured)
+        corrected = np.array([model.latency_ms(space.blocks(a)) for a in archs])
+        record.update(applied=True, measured_elsewhere=foreign, correction=model.correction.to_dict(),
+                      before=agreement(predicted, measured), after=agreement(corrected, measured),
+                      measured_ms=np.round(measured, 4).tolist())
+        logger.warning("latency table %s %s: on %d networks measured here its error is %.1f%% (MAPE); corrected "
+                       "to %.3g x table + %.4f ms (error %.1f%% on the same networks)", model.name,
+                       f"was measured elsewhere ({foreign})" if foreign else "checked on this machine",
+                       len(archs), record["before"]["mape_pct"], model.correction.scale,
+                       model.correction.offset_ms, record["after"]["mape_pct"])
+    else:
+        record.update(applied=False, measured_elsewhere=foreign)
+        logger.info("latency table %s used as measured (cost.correct=%s%s)", model.name, mode,
+                    "" if foreign else "; measured on this machine")
+    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+
+
+def load_run_correction(model: LutCostModel, run_dir) -> bool:
+    """Apply the correction a run recorded in latency_correction.json (if it applied one) to `model`; False when
+    the run has not decided yet (no such file)."""
+    path = Path(run_dir.path) / CORRECTION_FILE
+    if not path.exists():
+        return False
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record["applied"]:
+            model.correction = LatencyCorrection(**record["correction"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise RunDirError(f"{path} is damaged ({exc}); delete it to measure the correction again") from exc
+    return True
+
+
+def plot_validation(result: dict, path: Path) -> None:
+    """Predicted against measured latency, as measured and corrected (held-out archs marked), with the +-10 %
+    band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = np.array(result["measured_ms"])
+    k = result["calibration_archs"]
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.scatter(measured, result["predicted_ms"], s=14, c="tab:gray", label=(
+        f"table as measured (MAPE {result['before']['mape_pct']:.1f}%)"))
+    corrected = np.array(result["corrected_ms"])
+    ax.scatter(measured[:k], corrected[:k], s=18, marker="x", c="tab:blue", label="corrected, fitted on these")
+    ax.scatter(measured[k:], corrected[k:], s=16, c="tab:orange", label=(
+        f"corrected, held out (MAPE {result['after_held_out']['mape_pct']:.1f}%, "
+        f"{100 * result['after_held_out']['within_10pct']:.0f}% within 10%)"))
+    lo, hi = measured.min() * 0.8, measured.max() * 1.2
+    line = np.array([lo, hi])
+    ax.plot(line, line, "k-", lw=0.8)
+    ax.fill_between(line, line * 0.9, line * 1.1, color="k", alpha=0.08, label="+-10%")
+    ax.set(xlabel="measured end to end (ms)", ylabel="predicted (ms)", xlim=(lo, hi),
+           title=f"{Path(result.get('table', 'table')).name} on {result['measured_on'].get('device_name', '?')}")
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -14,12 +14,14 @@ from pathlib import Path
 import torch
 
 from hw_cost import CostModel, load_cost_model
+from hw_cost.lut import LutCostModel
 from search_spaces import SearchSpace, arch_key, build_space
 from tasks import build_task
 
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
 from .evaluation import CachedEvaluator
 from .finalize import finalize
+from .lut_validation import correct_for_this_machine, load_run_correction
 from .pareto import pareto_mask
 from .report import build_report, candidate_columns, candidate_rows, write_csv
 from .rundir import RunDir, atomic_write_text
@@ -115,6 +117,8 @@ def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> 
     ThreadGovernor.enabled = config.adapt_threads
     task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
+    if isinstance(cost_model, LutCostModel):
+        load_run_correction(cost_model, run_dir)  # the run's latencies came from the corrected table
     return SearchContext(config, run_dir, task, space, cost_model, progress)
 
 
@@ -149,6 +153,9 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         started = time.perf_counter()
         logger.info("run %s: %s; cost model %s; %d threads", run_dir.path, ctx.space.describe(),
                     ctx.cost_model.name, config.threads)
+        if isinstance(ctx.cost_model, LutCostModel):
+            correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct, config.cost.correction_archs,
+                                     config.seed, run_dir)
         outcome = STRATEGIES[config.search.strategy][1](ctx)
         records = outcome.evaluate.records
         # the test split scores the front only, after the search (the search itself never looks at it)

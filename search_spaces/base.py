@@ -138,6 +138,16 @@ class SearchSpace(ABC):
     def smallest(self) -> dict:
         return self.decode(np.zeros(len(self.choices), dtype=np.int64))
 
+    def spread_sample(self, n: int, rng: np.random.Generator) -> list[dict]:
+        """`n` distinct archs (fewer if the space is smaller): the largest, the smallest, then random ones."""
+        archs = {arch_key(a): a for a in (self.largest(), self.smallest())}
+        for _ in range(1000 * n):
+            if len(archs) >= n:
+                break
+            arch = self.sample(rng)
+            archs.setdefault(arch_key(arch), arch)
+        return list(archs.values())[:n]
+
     def mutate(self, arch: dict, rng: np.random.Generator, prob: float) -> dict:
         """Each choice, with probability `prob`, moves to a different value drawn uniformly."""
         genes = self.encode(arch)

@@ -62,7 +62,7 @@ README_COMMANDS = {
                              str(tmp / f"m.{fmt}")] for fmt in ("torch", "onnx", "openvino")],
     "vpunas lut collect CONFIG.yaml [-o TABLE.json] [--device CPU|NPU]":
         lambda tmp, smoke: [["lut", "collect", SMOKE, *TINY_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
-                             "--warmup", "1", "--repeats", "5", "--validate", "2", "--no-progress"]],
+                             "--warmup", "1", "--repeats", "5", "--validate", "4", "--no-progress"]],
     "vpunas lut collect CONFIG": None,  # the same command, quoted in prose
     "vpunas cost MODEL [--cost vpunn:VPU_2_7] [--input 1x3x224x224]":
         lambda tmp, smoke: [["cost", "resnet18", "--cost", "vpunn:VPU_2_7", "--input", "1x3x64x64"]],

@@ -1,0 +1,128 @@
+"""Tables that travel: a latency table measured elsewhere is checked against whole networks measured here and
+corrected, once per run (recorded, replayed on resume); `vpunas lut validate` says how far a table can be
+trusted."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch.nn as nn
+
+from conftest import CONFIGS, SMOKE
+from hw_cost import Block, CostModelError
+from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
+from hw_cost.profiler import OpenVinoProfiler
+from nas import lut_validation
+from nas.cli import main
+from nas.config import load_config
+from nas.errors import RunDirError
+from nas.lut_validation import CORRECTION_FILE, agreement, correct_for_this_machine, load_run_correction
+from nas.report import read_csv
+from nas.rundir import RunDir
+from nas.search import build_task_and_space
+
+TABLE = CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"
+
+
+def _smoke_space():
+    return build_task_and_space(load_config(SMOKE))[1]
+
+
+def test_fit_recovers_scale_and_offset():
+    predicted = np.array([0.2, 0.5, 0.9, 1.4])
+    c = LatencyCorrection.fit(predicted, 0.15 * predicted + 0.04)
+    assert (c.scale, c.offset_ms) == pytest.approx((0.15, 0.04))
+    # measurements against the table's ordering: no negative scale, only the level is fitted
+    c = LatencyCorrection.fit([1.0, 2.0], [0.3, 0.1])
+    assert c.scale == pytest.approx(0.2 / 1.5, abs=1e-6) and c.offset_ms == 0
+    with pytest.raises(CostModelError, match="at least two networks"):
+        LatencyCorrection.fit([1.0, 1.0], [0.3, 0.4])
+
+
+def test_corrected_model_scales_blocks_and_shifts_the_network():
+    table = LatencyTable({"a": {"median_ms": 0.5}, "b": {"median_ms": 0.25}}, {"inference_overhead_ms": 0.1})
+    blocks = [Block("a", (1, 1, 1, 1), nn.Identity), Block("b", (1, 1, 1, 1), nn.Identity)]
+    model = LutCostModel(table, correction=LatencyCorrection(scale=0.5, offset_ms=0.02))
+    assert model.block_latencies_ms(blocks).tolist() == [0.25, 0.125]
+    assert model.latency_ms(blocks) == pytest.approx(0.5 * 0.85 + 0.02)
+
+
+def test_agreement_figures():
+    a = agreement([1.0, 2.1, 2.9, 4.5], [1.0, 2.0, 3.0, 4.0])
+    assert a["mape_pct"] == pytest.approx((0 + 5 + 100 / 30 + 12.5) / 4, abs=0.01)
+    assert a["within_10pct"] == 0.75 and a["spearman"] == 1.0 and a["archs"] == 4
+
+
+def _foreign_table() -> LatencyTable:
+    table = LatencyTable.load(TABLE)
+    table.metadata.update(host="another-host", device_name="another CPU")
+    return table
+
+
+def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
+    space = _smoke_space()
+    model = LutCostModel(_foreign_table())
+    run_dir = RunDir(tmp_path)
+    correct_for_this_machine(space, model, "auto", 5, 0, run_dir)
+    record = json.loads((tmp_path / CORRECTION_FILE).read_text())
+    assert record["applied"] and record["measured_elsewhere"]["host"] == "another-host"
+    assert model.correction == LatencyCorrection(**record["correction"])
+    # the fitted line is the least-squares one: it cannot be further from the measurements than the table
+    assert record["after"]["mape_pct"] < record["before"]["mape_pct"]
+    assert len(record["measured_ms"]) == 5
+    # a resumed run (or a report of it) reads the decision back and measures nothing
+    monkeypatch.setattr(lut_validation, "_predicted_and_measured", lambda *a: pytest.fail("measured again"))
+    again = LutCostModel(_foreign_table())
+    correct_for_this_machine(space, again, "auto", 5, 0, run_dir)
+    assert again.correction == model.correction
+
+
+def test_a_local_table_or_never_is_used_as_measured(tmp_path, monkeypatch):
+    monkeypatch.setattr(lut_validation, "_predicted_and_measured", lambda *a: pytest.fail("measured"))
+    space = _smoke_space()
+    local = LatencyTable.load(TABLE)
+    local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
+    for mode, table, where in (("auto", local, "local"), ("never", _foreign_table(), "never")):
+        model = LutCostModel(table)
+        correct_for_this_machine(space, model, mode, 5, 0, RunDir(tmp_path / where))
+        assert model.correction is None
+        assert json.loads((tmp_path / where / CORRECTION_FILE).read_text())["applied"] is False
+
+
+def test_a_damaged_correction_record_is_a_clear_error(tmp_path):
+    (tmp_path / CORRECTION_FILE).write_text('{"applied": true}')
+    with pytest.raises(RunDirError, match="damaged.*delete it"):
+        load_run_correction(LutCostModel(_foreign_table()), RunDir(tmp_path))
+
+
+def test_lut_validate_command(tmp_path, capsys):
+    out = tmp_path / "v"
+    assert main(["lut", "validate", SMOKE, "--archs", "6", "--calibration-archs", "3", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "as measured: MAPE" in printed and "3 held out" in printed
+    result = json.loads((out / "validation.json").read_text())
+    assert result["archs"] == 6 and len(result["measured_ms"]) == 6 and result["after_held_out"]["archs"] == 3
+    assert result["measured_on"]["runtime"] == "openvino" and result["table"].endswith(TABLE.name)
+    assert (out / "validation.png").stat().st_size > 10_000
+
+
+def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path):
+    """Every latency of the run (candidates.csv) comes from the corrected table, and the run records it."""
+    out = tmp_path / "run"
+    short = ["task.train_size=128", "task.batch_size=32", "task.eval_images=64", "task.calib_images=32",
+             "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
+             "search.finalize.archs=0", "baselines=[]", "cost.correct=auto", "cost.correction_archs=4"]
+    assert main(["search", SMOKE, *short, "--out", str(out), "--no-progress"]) == 0
+    record = json.loads((out / CORRECTION_FILE).read_text())
+    assert record["applied"] is (record["measured_elsewhere"] != {})  # the shipped table: measured on a VM
+    config = load_config(out / "config.yaml")
+    space = build_task_and_space(config)[1]
+    model = LutCostModel.from_file(config.cost.model[4:])
+    load_run_correction(model, RunDir(out))
+    rows = read_csv(RunDir(out).candidates)
+    assert rows
+    for row in rows:
+        assert float(row["latency_ms"]) == pytest.approx(model.latency_ms(space.blocks(json.loads(row["arch"]))),
+                                                         abs=2e-6)
+    assert "latency table" in (out / "run.log").read_text()
