@@ -1,10 +1,13 @@
-"""Multi-objective evolutionary search: NSGA-II (pymoo) over (task metric, latency).
+"""Multi-objective evolutionary search: NSGA-II (pymoo) over (task metric, latency[, MACs, params]).
 
 Deb et al., "A Fast and Elitist Multiobjective Genetic Algorithm: NSGA-II", IEEE TEC 2002. Architectures are
 integer genes (one choice index per searched decision, `SearchSpace.encode`); crossover is SBX and mutation
 polynomial, both rounded to integers with a low distribution index (3) so that a mutation moves a choice, as
 pymoo recommends for integer variables. An optional latency limit is
-an inequality constraint (constraint-domination).
+an inequality constraint (constraint-domination). Extra objectives (`extra_objectives`) are minimised beside
+latency: MACs stand for the cost on a second device the model will also run on, e.g. the CPU that OpenVINO's
+AUTO device runs a model on while the NPU compiles it (on the CPU, latency follows MACs within a few percent in
+the default space, see the README).
 
 The strategy is deterministic for a seed and the evaluations it is given. It therefore needs no state of its
 own to resume: the run replays it from the start with every finished evaluation served from the journal.
@@ -12,16 +15,19 @@ own to resume: the run replays it from the start with every finished evaluation 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
-from search_spaces import SearchSpace, arch_key
+from search_spaces import SearchSpace
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EvolutionConfig", "EvolutionStrategy"]
+__all__ = ["EvolutionConfig", "EvolutionStrategy", "EXTRA_OBJECTIVES"]
+
+#: record fields an evolution can minimise beside latency
+EXTRA_OBJECTIVES = ("macs", "params")
 
 
 @dataclass
@@ -32,6 +38,8 @@ class EvolutionConfig:
         crossover_prob / crossover_eta: SBX probability and distribution index.
         mutation_eta: polynomial-mutation distribution index (each gene mutates with probability 1/n_genes).
         latency_limit_ms: archs slower than this are infeasible (constraint-domination); None = no limit.
+        extra_objectives: record fields minimised beside latency ("macs", "params"); finalisation then spreads
+            its archs over the front of each objective in turn (`nas.finalize.select_spread`).
     """
 
     population: int = 24
@@ -40,6 +48,7 @@ class EvolutionConfig:
     crossover_eta: float = 3.0
     mutation_eta: float = 3.0
     latency_limit_ms: Optional[float] = None
+    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.population < 4:
@@ -50,6 +59,15 @@ class EvolutionConfig:
             raise ValueError("crossover_prob: must be in [0, 1]")
         if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
             raise ValueError("latency_limit_ms: must be > 0")
+        unknown = [o for o in self.extra_objectives if o not in EXTRA_OBJECTIVES]
+        if unknown or len(set(self.extra_objectives)) < len(self.extra_objectives):
+            raise ValueError(f"extra_objectives: {list(self.extra_objectives)} is not a list of distinct "
+                             f"{', '.join(EXTRA_OBJECTIVES)}")
+
+    @property
+    def costs(self) -> tuple[str, ...]:
+        """The record fields minimised: latency first, then the extra objectives."""
+        return ("latency_ms", *self.extra_objectives)
 
 
 class EvolutionStrategy:
@@ -80,21 +98,15 @@ class EvolutionStrategy:
 
     def _initial_genes(self) -> np.ndarray:
         """Largest, smallest, then distinct random archs (drawn from the seed)."""
-        rng = np.random.default_rng([self.seed, 11])
-        archs = {arch_key(a): a for a in (self.space.largest(), self.space.smallest())}
-        for _ in range(1000 * self.config.population):
-            if len(archs) >= self.config.population:
-                break
-            arch = self.space.sample(rng)
-            archs.setdefault(arch_key(arch), arch)
-        return np.stack([self.space.encode(a) for a in archs.values()]).astype(float)
+        archs = self.space.spread_sample(self.config.population, np.random.default_rng([self.seed, 11]))
+        return np.stack([self.space.encode(a) for a in archs]).astype(float)
 
     def _problem(self):
         from pymoo.core.problem import Problem
 
         n_constr = 1 if self.config.latency_limit_ms is not None else 0
-        return Problem(n_var=len(self.space.choices), n_obj=2, n_ieq_constr=n_constr, xl=0,
-                       xu=self.space.gene_upper_bounds().astype(float), vtype=int)
+        return Problem(n_var=len(self.space.choices), n_obj=1 + len(self.config.costs), n_ieq_constr=n_constr,
+                       xl=0, xu=self.space.gene_upper_bounds().astype(float), vtype=int)
 
     def run(self, evaluate: Callable[..., dict],
             on_generation: Callable[[int], None] | None = None) -> None:
@@ -110,7 +122,8 @@ class EvolutionStrategy:
             pop = algorithm.ask()
             records = [evaluate(self.space.decode(np.rint(x).astype(np.int64)), generation=generation)
                        for x in pop.get("X")]
-            objectives = np.array([[-r[self.metric], r["latency_ms"]] for r in records], dtype=float)
+            objectives = np.array([[-r[self.metric], *(r[c] for c in self.config.costs)] for r in records],
+                                  dtype=float)
             values = {"F": objectives}
             if self.config.latency_limit_ms is not None:
                 values["G"] = objectives[:, 1:2] - self.config.latency_limit_ms

@@ -81,31 +81,35 @@ class FinalizeConfig:
 
 
 # ---------------------------------------------------------------------------------------------------- selection
-def select_spread(records: Sequence[dict], metric: str, n: int) -> list[dict]:
-    """`n` distinct archs for finalisation, spread over the latency range of the front (sorted by latency).
+def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[str] = ("latency_ms",)) -> list[dict]:
+    """`n` distinct archs for finalisation, spread over the cost range of the front (sorted by latency).
 
-    The range from the front's fastest to its slowest arch is cut into `n` bins of equal width on a log scale,
+    The range from the front's cheapest to its costliest arch is cut into bins of equal width on a log scale,
     and each bin contributes its best arch by inherited metric, on the front or not: inherited metrics rank
     archs only to within their noise, so an arch just behind the front is as good a candidate, and a front with
-    a gap in latency still gets archs in the gap. Bins without an arch leave their places to the remaining archs
-    in order of non-dominated layer, then metric.
+    a gap in cost still gets archs in the gap. With several `costs` (latency, then a search's extra objectives,
+    e.g. MACs), the `n` places are shared among them, each spread over the front of the metric against that
+    cost. Bins without an arch leave their places to the remaining archs in order of non-dominated layer (over
+    the metric and all costs), then metric.
     """
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
     unique = list({arch_key(r["arch"]): r for r in records}.values())
     if n <= 0 or not unique:
         return []
-    latency = np.array([r["latency_ms"] for r in unique], dtype=float)
     score = np.array([r[metric] for r in unique], dtype=float)
-    layers = NonDominatedSorting().do(np.stack([-score, latency], axis=1))
-    front = layers[0]
-    lo, hi = latency[front].min(), latency[front].max()
-    edges = np.geomspace(lo, hi, n + 1) if hi > lo > 0 else np.array([lo, hi])
     chosen: list[int] = []
-    for left, right in zip(edges[:-1], edges[1:]):
-        inside = [i for i in range(len(unique)) if left <= latency[i] <= right and i not in chosen]
-        if inside:
-            chosen.append(max(inside, key=lambda i: (score[i], -latency[i], -i)))
+    for j, cost in enumerate(costs):
+        values = np.array([r[cost] for r in unique], dtype=float)
+        front = NonDominatedSorting().do(np.stack([-score, values], axis=1), only_non_dominated_front=True)
+        lo, hi = values[front].min(), values[front].max()
+        bins = n * (j + 1) // len(costs) - n * j // len(costs)
+        edges = np.geomspace(lo, hi, bins + 1) if hi > lo > 0 else np.array([lo, hi])
+        for left, right in zip(edges[:-1], edges[1:]):
+            inside = [i for i in range(len(unique)) if left <= values[i] <= right and i not in chosen]
+            if inside:
+                chosen.append(max(inside, key=lambda i: (score[i], -values[i], -i)))
+    layers = NonDominatedSorting().do(np.stack([-score, *([r[c] for r in unique] for c in costs)], axis=1))
     layer_of = {int(i): depth for depth, layer in enumerate(layers) for i in layer}
     rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
     chosen += rest[:n - len(chosen)]
@@ -275,7 +279,9 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
     """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
     config: FinalizeConfig = ctx.config.search.finalize
     task, space, run_dir = ctx.task, ctx.space, ctx.run_dir
-    chosen = select_spread(feasible_records(records, ctx.config.search), task.metric, config.archs)
+    search = ctx.config.search
+    costs = search.evolution.costs if search.strategy == "evolution" else ("latency_ms",)
+    chosen = select_spread(feasible_records(records, search), task.metric, config.archs, costs)
     if not chosen:
         return {}
     journal = EvaluationJournal(run_dir.checkpoint_dir / "finalized.jsonl")

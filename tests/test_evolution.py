@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 
@@ -19,14 +21,15 @@ def toy_record(arch):
             "latency_ms": float(genes.sum()) + 1.0}
 
 
-def run(seed, limit=None, generations=12, evaluate=None):
+def run(seed, limit=None, generations=12, evaluate=None, extra=()):
     seen = []
 
     def evaluate_and_log(arch, generation):
         seen.append((generation, arch_key(arch)))
         return (evaluate or toy_record)(arch)
 
-    config = EvolutionConfig(population=16, generations=generations, latency_limit_ms=limit)
+    config = EvolutionConfig(population=16, generations=generations, latency_limit_ms=limit,
+                             extra_objectives=list(extra))
     EvolutionStrategy(SPACE, config, "score", seed).run(evaluate_and_log)
     return seen
 
@@ -80,3 +83,22 @@ def test_truncated_journal_line_is_dropped(tmp_path):
         f.write('{"bad"\n{"key": "a"}\n')
     with pytest.raises(ValueError, match="line 1 is corrupt"):
         journal.load()
+
+
+def test_an_extra_objective_is_minimised_beside_latency():
+    """A second cost that conflicts with latency (it falls as the first gene, and the latency, rise) pulls the
+    population its way only when it is an objective."""
+    top = SPACE.gene_upper_bounds()[0]
+
+    def with_macs(arch):
+        return dict(toy_record(arch), macs=float(top - SPACE.encode(arch)[0]))
+
+    def mean_last_macs(extra):
+        seen = run(0, generations=10, evaluate=with_macs, extra=extra)
+        return np.mean([with_macs(SPACE.validate(json.loads(k)))["macs"] for g, k in seen if g == 9])
+
+    assert mean_last_macs(["macs"]) < mean_last_macs([])
+    with pytest.raises(ValueError, match="extra_objectives"):
+        EvolutionConfig(extra_objectives=["flops"])
+    with pytest.raises(ValueError, match="extra_objectives"):
+        EvolutionConfig(extra_objectives=["macs", "macs"])

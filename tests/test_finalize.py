@@ -57,6 +57,20 @@ def test_selection_fills_empty_bins_and_skips_duplicates():
     assert len(select_spread(records, "top1", 50)) == 5
 
 
+def test_selection_shares_its_places_among_the_costs():
+    # latency and MACs disagree: the fast archs are MAC-heavy, the MAC-light ones slow
+    points = [(80, 1, 9), (84, 2, 8), (88, 4, 7), (81, 8, 1), (85, 9, 2), (89, 10, 4), (70, 20, 20)]
+    records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
+    by_latency = select_spread(records, "top1", 2)
+    assert [r["id"] for r in by_latency] == [1, 5]  # bins [1, 3.2], [3.2, 10] of the latency front
+    both = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
+    # two places spread over the latency front (1 and 5, as above), two over the MACs front 3, 4, 5 (bins
+    # [1, 2], [2, 4]): 4, then nothing new in [2, 4]; that place goes to the best arch of the first
+    # non-dominated layer over all three objectives not chosen yet (2)
+    assert sorted(r["id"] for r in both) == [1, 2, 4, 5]
+    assert len(select_spread(records, "top1", 7, costs=("latency_ms", "macs"))) == 7
+
+
 def test_ranking_fidelity():
     assert ranking_fidelity([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert ranking_fidelity([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
