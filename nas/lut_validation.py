@@ -18,12 +18,12 @@ from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace
 
 from .errors import RunDirError
-from .rundir import atomic_write_text
+from .rundir import EvaluationJournal, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["agreement", "validate_table", "correct_for_this_machine",
-           "load_run_correction", "plot_validation"]
+           "read_correction_record", "load_run_correction", "measured_beside_predicted", "plot_validation"]
 
 CORRECTION_FILE = "latency_correction.json"
 
@@ -87,46 +87,86 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
     `LatencyCorrection`. The decision and the figures go to the run directory's latency_correction.json; a
     resumed run reads them back instead of measuring again, so every latency of a run comes from one model.
     """
-    path = Path(run_dir.path) / CORRECTION_FILE
     if load_run_correction(model, run_dir):
         return
-    record: dict = {"table": model.name, "mode": mode}
-    foreign = {}
-    if mode != "never":
-        foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
-    if mode == "always" or (mode == "auto" and foreign):
-        archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
-        predicted, measured = _predicted_and_measured(space, model, archs)
-        model.correction = LatencyCorrection.fit(predicted, measured)
-        corrected = np.array([model.latency_ms(space.blocks(a)) for a in archs])
-        record.update(applied=True, measured_elsewhere=foreign, correction=model.correction.to_dict(),
-                      before=agreement(predicted, measured), after=agreement(corrected, measured),
-                      measured_ms=np.round(measured, 4).tolist())
-        logger.warning("latency table %s %s: on %d networks measured here its error is %.1f%% (MAPE); corrected "
-                       "to %.3g x table + %.4f ms (error %.1f%% on the same networks)", model.name,
-                       f"was measured elsewhere ({foreign})" if foreign else "checked on this machine",
-                       len(archs), record["before"]["mape_pct"], model.correction.scale,
-                       model.correction.offset_ms, record["after"]["mape_pct"])
+    record: dict = {"table": model.name, "mode": mode, "applied": False}
+    device = model.table.settings().device
+    if mode == "never":
+        logger.info("latency table %s used as measured (cost.correct=never)", model.name)
+    elif not _device_here(device):
+        record["measured_elsewhere"] = {"device": device}
+        logger.warning("latency table %s was measured on OpenVINO device %s, which this machine lacks: it is used "
+                       "as measured, unchecked", model.name, device)
     else:
-        record.update(applied=False, measured_elsewhere=foreign)
-        logger.info("latency table %s used as measured (cost.correct=%s%s)", model.name, mode,
-                    "" if foreign else "; measured on this machine")
-    atomic_write_text(path, json.dumps(record, indent=1) + "\n")
+        foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
+        record["measured_elsewhere"] = foreign
+        if mode == "always" or foreign:
+            archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+            predicted, measured = _predicted_and_measured(space, model, archs)
+            model.correction = LatencyCorrection.fit(predicted, measured)
+            corrected = np.array([model.latency_ms(space.blocks(a)) for a in archs])
+            record.update(applied=True, correction=model.correction.to_dict(), before=agreement(predicted, measured),
+                          after=agreement(corrected, measured), measured_ms=np.round(measured, 4).tolist())
+            logger.warning("latency table %s %s: on %d networks measured here its error is %.1f%% (MAPE); "
+                           "corrected to %.3g x table + %.4f ms (error %.1f%% on the same networks)", model.name,
+                           f"was measured elsewhere ({foreign})" if foreign else "checked on this machine",
+                           len(archs), record["before"]["mape_pct"], model.correction.scale,
+                           model.correction.offset_ms, record["after"]["mape_pct"])
+        else:
+            logger.info("latency table %s was measured on this machine: used as measured", model.name)
+    atomic_write_text(Path(run_dir.path) / CORRECTION_FILE, json.dumps(record, indent=1) + "\n")
+
+
+def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
+    """Arch key -> end-to-end latency (ms) of each of `records` measured on this machine, for a run whose cost
+    model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl, so a
+    resumed run measures nothing twice."""
+    model = ctx.cost_model
+    if not records or not isinstance(model, LutCostModel) or not _device_here(model.table.settings().device):
+        return {}
+    journal = EvaluationJournal(ctx.run_dir.checkpoint_dir / "measured.jsonl")
+    done = {r["key"]: r["measured_ms"] for r in journal.load()}
+    todo = [r for r in records if r["key"] not in done]
+    if todo:
+        _, measured = _predicted_and_measured(ctx.space, model, [r["arch"] for r in todo])
+        for record, ms in zip(todo, measured):
+            done[record["key"]] = round(float(ms), 4)
+            journal.append({"key": record["key"], "measured_ms": done[record["key"]]})
+        logger.info("measured %d finalised archs end to end on this machine (%s)", len(todo), model.name)
+    return {r["key"]: done[r["key"]] for r in records}
+
+
+def _device_here(device: str) -> bool:
+    import openvino as ov
+
+    return device in ov.Core().available_devices
+
+
+def read_correction_record(run_dir) -> dict | None:
+    """The run's latency_correction.json (None when the run has not decided yet); RunDirError when damaged."""
+    path = Path(run_dir.path) / CORRECTION_FILE
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        needed = ("mode", "applied") + (("correction", "before", "after") if record.get("applied") else ())
+        missing = [k for k in needed if k not in record]
+        if missing:
+            raise KeyError(", ".join(missing))
+        if record["applied"]:
+            LatencyCorrection(**record["correction"])
+        return record
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise RunDirError(f"{path} is damaged ({exc!r}); delete it to measure the correction again") from exc
 
 
 def load_run_correction(model: LutCostModel, run_dir) -> bool:
     """Apply the correction a run recorded in latency_correction.json (if it applied one) to `model`; False when
     the run has not decided yet (no such file)."""
-    path = Path(run_dir.path) / CORRECTION_FILE
-    if not path.exists():
-        return False
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record["applied"]:
-            model.correction = LatencyCorrection(**record["correction"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise RunDirError(f"{path} is damaged ({exc}); delete it to measure the correction again") from exc
-    return True
+    record = read_correction_record(run_dir)
+    if record is not None and record["applied"]:
+        model.correction = LatencyCorrection(**record["correction"])
+    return record is not None
 
 
 def plot_validation(result: dict, path: Path) -> None:

@@ -151,6 +151,56 @@ def _final_section(final: list[dict], columns: Sequence[str], metric: str) -> st
             f"<b>{'n/a' if tau is None else f'{tau:.3f}'}</b>.</p>{_table(final, columns)}")
 
 
+def headline(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[str]:
+    """The papers' comparison, per baseline: the fastest searched arch at least as good on the test split, and
+    its fps ratio. Finalised archs count with their finalised test metric, other front archs with their
+    inherited one."""
+    def test_of(row):
+        value = row.get(f"final_test_{metric}", "") or row.get(f"test_{metric}", "")
+        return None if value == "" else float(value)
+
+    searched = [(test_of(r), float(r["latency_ms"]), r["id"]) for r in rows if test_of(r) is not None]
+    lines = []
+    for b in baselines:
+        if test_of(b) is None:
+            continue
+        target, latency = test_of(b), float(b["latency_ms"])
+        good = [s for s in searched if s[0] >= target]
+        if not good:
+            lines.append(f"{b['name']} ({target:.2f} test {metric} at {latency:.4g} ms): no searched arch reaches it")
+            continue
+        best, fastest, arch_id = min(good, key=lambda s: (s[1], -s[0]))
+        lines.append(f"{b['name']} ({target:.2f} test {metric} at {latency:.4g} ms): arch {arch_id} has "
+                     f"{best:.2f} at {fastest:.4g} ms, {latency / fastest:.2f}x the fps")
+    return lines
+
+
+def _headline_section(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> str:
+    lines = headline(rows, baselines, metric)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f"<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
+
+
+def _correction_note(run_dir: RunDir) -> str:
+    """What the run did with a latency table measured elsewhere (`nas.lut_validation`), if it used a table."""
+    from .lut_validation import read_correction_record
+
+    record = read_correction_record(run_dir)
+    if record is None:
+        return ""
+    if not record["applied"]:
+        return (f"<p>Latency table used as measured (<code>cost.correct={html.escape(record['mode'])}</code>; "
+                f"measured elsewhere: {html.escape(str(record.get('measured_elsewhere') or 'no'))}).</p>")
+    c, before, after = record["correction"], record["before"], record["after"]
+    return (f"<p>Latency table measured elsewhere ({html.escape(str(record['measured_elsewhere']))}): on "
+            f"{before['archs']} networks measured on this machine its error was {before['mape_pct']:.1f}% (MAPE); "
+            f"every latency of this run is corrected to {c['scale']:.3g} x table + {c['offset_ms']:.4f} ms "
+            f"(error {after['mape_pct']:.1f}%, {100 * after['within_10pct']:.0f}% within 10%). The finalised archs' "
+            "<code>measured_ms</code> is their end-to-end latency measured here.</p>")
+
+
 def build_report(run_dir: RunDir) -> None:
     """(Re)build pareto.png and report.html from a run's candidates.csv, baselines.csv and config.yaml."""
     if not run_dir.candidates.exists():
@@ -167,8 +217,9 @@ def build_report(run_dir: RunDir) -> None:
     final = sorted((r for r in rows if r.get(f"final_{metric}", "") != ""), key=lambda r: float(r["latency_ms"]))
     config_text = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
     columns = ["id", metric, f"test_{metric}", "latency_ms", "params", "macs", "arch"]
-    final_columns = ["id", f"final_{metric}", f"final_test_{metric}", metric, "latency_ms", "is_final_pareto",
-                     "params", "macs", "arch"]
+    measured = ["measured_ms"] if any(r.get("measured_ms", "") != "" for r in final) else []
+    final_columns = ["id", f"final_{metric}", f"final_test_{metric}", metric, "latency_ms", *measured,
+                     "is_final_pareto", "params", "macs", "arch"]
     base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
     base_columns += [c for c in ("latency_ms", "params", "macs", "note") if baselines and c in baselines[0]]
@@ -179,6 +230,8 @@ pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head><body>
 <h1>vpunas run <code>{html.escape(run_dir.path.name)}</code></h1>
 <p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(cost_model)}</code>).</p>
+{_headline_section(rows, baselines, metric)}
+{_correction_note(run_dir)}
 <img alt="Pareto front" src="data:image/png;base64,{base64.b64encode(png).decode()}">
 {_final_section(final, final_columns, metric)}
 <h2>Pareto front (inherited weights)</h2>{_table(front, columns)}

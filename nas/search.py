@@ -21,7 +21,7 @@ from tasks import build_task
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
 from .evaluation import CachedEvaluator
 from .finalize import finalize
-from .lut_validation import correct_for_this_machine, load_run_correction
+from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .report import build_report, candidate_columns, candidate_rows, write_csv
 from .rundir import RunDir, atomic_write_text
@@ -165,6 +165,9 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
         write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
         finals = finalize(ctx, records, outcome.evaluator)
+        finalised = list({r["key"]: r for r in records if r["key"] in finals}.values())
+        for key, ms in measured_beside_predicted(ctx, finalised).items():
+            finals[key]["measured_ms"] = ms
         rows = write_results(ctx, records, test_metrics, finals)
         evaluate_baselines(ctx, outcome.evaluator)
         build_report(run_dir)

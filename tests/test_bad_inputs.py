@@ -6,6 +6,7 @@ file of an existing run directory changed.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,13 @@ def _model_file(d: Path, content: bytes) -> list[str]:
     return ["vpunn", "dma", str(path), str(VPUNN_VECTORS / "vpunn_dma.csv"), "-o", str(d / "out.csv")]
 
 
+def _table_without_space(d) -> str:
+    data = json.loads(TABLE.read_text())
+    del data["metadata"]["space"]
+    (d / "t.json").write_text(json.dumps(data))
+    return str(d / "t.json")
+
+
 def _shipped_model_bytes() -> bytes:
     from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 
@@ -129,6 +137,16 @@ CASES = {
                                "not a VPUNN model file"),
     "measurement on a device this machine lacks": Case(lambda d, r: ["lut", "collect", SMOKE, "-o", str(d / "t.json"),
                                                                      "--device", "NPU"], "'NPU' is not available"),
+    "validation of a table that does not record its space": Case(
+        lambda d, r: ["lut", "validate", _table_without_space(d)], "does not record its search space"),
+    "validation on too few archs": Case(lambda d, r: ["lut", "validate", SMOKE, "--archs", "2"], "--archs"),
+    "validation of a VPUNN config": Case(lambda d, r: ["lut", "validate", str(CONFIGS / "fmnist_mobilenet.yaml")],
+                                         "not a latency table"),
+    "unknown table correction": Case(_search(SMOKE, "cost.correct=sometimes"), "cost.correct"),
+    "table correction for VPUNN": Case(_search(SMOKE, "cost.model=vpunn:VPU_2_7", "cost.correct=always"),
+                                       "applies to latency tables"),
+    "unknown extra objective": Case(_search(SMOKE, "search.evolution.extra_objectives=[flops]"),
+                                    "extra_objectives"),
     # baselines: refused before any training
     "baseline arch outside the space": Case(_search(SMOKE, "baselines=[{name: b, arch: {depth: [9, 9, 9]}}]"),
                                             "baselines[b].arch"),

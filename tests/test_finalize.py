@@ -12,7 +12,7 @@ from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.errors import RunDirError
 from nas.finalize import FinalizeConfig, LockstepTrainer, feasible_records, ranking_fidelity, select_spread
-from nas.report import read_csv
+from nas.report import headline, read_csv
 from nas.rundir import RunDir
 from nas.supernet_training import TrainConfig
 
@@ -140,6 +140,19 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
         LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
 
 
+def test_headline_against_the_baselines():
+    rows = [{"id": "1", "latency_ms": "2.0", "test_top1": "80", "final_test_top1": "85"},
+            {"id": "2", "latency_ms": "1.0", "test_top1": "84", "final_test_top1": ""},
+            {"id": "3", "latency_ms": "0.5", "test_top1": "", "final_test_top1": ""}]
+    base = [{"name": "big", "test_top1": "84.5", "latency_ms": "4.0"},
+            {"name": "small", "test_top1": "83", "latency_ms": "1.5"}, {"name": "huge", "test_top1": "90",
+                                                                      "latency_ms": "9"}]
+    assert headline(rows, base, "top1") == [
+        "big (84.50 test top1 at 4 ms): arch 1 has 85.00 at 2 ms, 2.00x the fps",
+        "small (83.00 test top1 at 1.5 ms): arch 2 has 84.00 at 1 ms, 1.50x the fps",
+        "huge (90.00 test top1 at 9 ms): no searched arch reaches it"]
+
+
 def test_smoke_run_finalises_spread_archs(smoke_run):
     rows = read_csv(smoke_run.candidates)
     final = [r for r in rows if r["final_top1"] != ""]
@@ -156,7 +169,7 @@ def test_smoke_run_finalises_spread_archs(smoke_run):
     on = {r["id"] for r in final if r["is_final_pareto"] == "True"}
     assert on and all(r["is_final_pareto"] == "False" for r in rows if r["final_top1"] == "")
     page = smoke_run.report_html.read_text()
-    assert "Finalised archs" in page and "Ranking fidelity" in page
+    assert "Finalised archs" in page and "Ranking fidelity" in page and "Against the baselines" in page
 
 
 def test_export_uses_the_finalised_weights(smoke_run, tmp_path):

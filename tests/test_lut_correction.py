@@ -90,6 +90,15 @@ def test_a_local_table_or_never_is_used_as_measured(tmp_path, monkeypatch):
         assert json.loads((tmp_path / where / CORRECTION_FILE).read_text())["applied"] is False
 
 
+def test_a_table_of_a_device_this_machine_lacks_is_used_unchecked(tmp_path):
+    table = _foreign_table()
+    table.metadata["device"] = "NPU"
+    model = LutCostModel(table)
+    correct_for_this_machine(_smoke_space(), model, "auto", 5, 0, RunDir(tmp_path))
+    record = json.loads((tmp_path / CORRECTION_FILE).read_text())
+    assert model.correction is None and record["applied"] is False and record["measured_elsewhere"] == {"device": "NPU"}
+
+
 def test_a_damaged_correction_record_is_a_clear_error(tmp_path):
     (tmp_path / CORRECTION_FILE).write_text('{"applied": true}')
     with pytest.raises(RunDirError, match="damaged.*delete it"):
@@ -108,11 +117,13 @@ def test_lut_validate_command(tmp_path, capsys):
 
 
 def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path):
-    """Every latency of the run (candidates.csv) comes from the corrected table, and the run records it."""
+    """Every latency of the run (candidates.csv) comes from the corrected table, the run records it, and its
+    finalised archs are measured here beside their predictions."""
     out = tmp_path / "run"
     short = ["task.train_size=128", "task.batch_size=32", "task.eval_images=64", "task.calib_images=32",
              "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
-             "search.finalize.archs=0", "baselines=[]", "cost.correct=auto", "cost.correction_archs=4"]
+             "search.finalize.archs=1", "search.finalize.epochs=0.1", "baselines=[]", "cost.correct=auto",
+             "cost.correction_archs=4"]
     assert main(["search", SMOKE, *short, "--out", str(out), "--no-progress"]) == 0
     record = json.loads((out / CORRECTION_FILE).read_text())
     assert record["applied"] is (record["measured_elsewhere"] != {})  # the shipped table: measured on a VM
@@ -126,3 +137,8 @@ def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path):
         assert float(row["latency_ms"]) == pytest.approx(model.latency_ms(space.blocks(json.loads(row["arch"]))),
                                                          abs=2e-6)
     assert "latency table" in (out / "run.log").read_text()
+    # the finalised arch is measured end to end beside its prediction, in candidates.csv and the report
+    final = [r for r in rows if r["final_top1"] != ""]
+    assert len(final) == 1 and float(final[0]["measured_ms"]) > 0
+    page = (out / "report.html").read_text()
+    assert "measured_ms" in page and ("corrected to" in page) is record["applied"]

@@ -64,6 +64,13 @@ README_COMMANDS = {
         lambda tmp, smoke: [["lut", "collect", SMOKE, *TINY_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
                              "--warmup", "1", "--repeats", "5", "--validate", "4", "--no-progress"]],
     "vpunas lut collect CONFIG": None,  # the same command, quoted in prose
+    "vpunas lut validate CONFIG.yaml|TABLE.json [--archs 50] [-o DIR]":
+        lambda tmp, smoke: [["lut", "validate", SMOKE, "--archs", "5", "--calibration-archs", "2", "-o",
+                             str(tmp / "v1")],
+                            ["lut", "validate", str(CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"),
+                             "--archs", "4", "-o", str(tmp / "v2")]],
+    "vpunas lut validate CONFIG|TABLE": None,  # prose
+    "vpunas cost": None,  # prose
     "vpunas cost MODEL [--cost vpunn:VPU_2_7] [--input 1x3x224x224]":
         lambda tmp, smoke: [["cost", "resnet18", "--cost", "vpunn:VPU_2_7", "--input", "1x3x64x64"]],
     "vpunas cost mobilenet_v2 --cost vpunn:VPU_2_7": lambda tmp, smoke: [["cost", "mobilenet_v2", "--cost",
