@@ -12,9 +12,11 @@ table, the measured-to-predicted ratio.
 
 `--anchors CONFIG` also measures the largest and the smallest arch of CONFIG's space: two networks of known
 latency on another machine (`--reference-anchors-ms`), which place reference CPU figures measured there on this
-machine (scaled by the geometric mean of the two ratios). Each `--reference` point (test metric, CPU ms on the
-reference machine, VPUNN microseconds) is then checked for a finalised arch that dominates it: at least its
-test metric, at most its scaled CPU latency and at most its VPUNN latency.
+machine (`place_here`: the anchors' here/there ratio, interpolated on a log scale between the fast and the slow
+anchor, since small networks scale differently from large ones). Each `--reference` point (test metric, CPU ms
+on the reference machine, VPUNN microseconds) is then checked for finalised archs that dominate it on VPUNN
+latency (at least its test metric, at most its VPUNN latency), and on both (also at most its placed CPU
+latency).
 """
 from __future__ import annotations
 
@@ -38,6 +40,13 @@ from nas.supernet_training import load_trained_supernet
 def _reference(text: str) -> tuple[str, float, float, float]:
     name, top1, cpu_ms, vpu_us = text.split(":")
     return name, float(top1), float(cpu_ms), float(vpu_us)
+
+
+def place_here(ms_there: float, anchors_there: tuple[float, float], anchors_here: tuple[float, float]) -> float:
+    """A CPU latency measured on the reference machine, placed on this one (see the module docstring)."""
+    (fast0, slow0), (fast1, slow1) = anchors_there, anchors_here
+    t = min(max(math.log(ms_there / fast0) / math.log(slow0 / fast0), 0.0), 1.0)
+    return ms_there * (fast1 / fast0) ** (1 - t) * (slow1 / slow0) ** t
 
 
 def main() -> None:
@@ -94,15 +103,17 @@ def main() -> None:
         fast, slow = stats[len(models)].median_ms, stats[len(models) + 1].median_ms
         print(f"anchors ({args.anchors}): smallest {fast:.4f} ms, largest {slow:.4f} ms here")
         if args.reference and args.reference_anchors_ms:
-            ref_fast, ref_slow = (float(v) for v in args.reference_anchors_ms.split(","))
-            scale = math.sqrt(fast / ref_fast * slow / ref_slow)
-            print(f"reference CPU figures scaled by {scale:.3f} (anchors {ref_fast}/{ref_slow} ms there)")
+            there = tuple(float(v) for v in args.reference_anchors_ms.split(","))
+            print(f"reference CPU figures placed here by the anchors ({there[0]}/{there[1]} ms there: x"
+                  f"{fast / there[0]:.3f} .. x{slow / there[1]:.3f})")
             for name, top1, cpu_ms, vpu_us in args.reference:
-                cpu_here = cpu_ms * scale
-                winners = [r["id"] for r, us, ms in zip(rows, vpunn_us, measured)
-                           if float(r[f"final_test_{metric}"]) >= top1 and ms <= cpu_here and us <= vpu_us]
-                print(f"  {name}: {metric} {top1:.2f}, {cpu_here:.4f} ms here, {vpu_us:.1f} us -> "
-                      + (f"dominated by id {', '.join(winners)}" if winners else "NOT dominated"))
+                cpu_here = place_here(cpu_ms, there, (fast, slow))
+                on_vpu = [r["id"] for r, us in zip(rows, vpunn_us)
+                          if float(r[f"final_test_{metric}"]) >= top1 and us <= vpu_us]
+                on_both = [i for i, ms in zip((r["id"] for r in rows), measured) if i in on_vpu and ms <= cpu_here]
+                print(f"  {name}: {metric} {top1:.2f}, {cpu_here:.4f} ms here, {vpu_us:.1f} us -> VPU: "
+                      + (f"dominated by id {', '.join(on_vpu)}" if on_vpu else "NOT dominated") + "; VPU and CPU: "
+                      + (f"dominated by id {', '.join(on_both)}" if on_both else "NOT dominated"))
 
 
 if __name__ == "__main__":
