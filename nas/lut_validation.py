@@ -191,8 +191,9 @@ def plot_validation(result: dict, path: Path) -> None:
     line = np.array([lo, hi])
     ax.plot(line, line, "k-", lw=0.8)
     ax.fill_between(line, line * 0.9, line * 1.1, color="k", alpha=0.08, label="+-10%")
-    ax.set(xlabel="measured end to end (ms)", ylabel="predicted (ms)", xlim=(lo, hi),
-           title=f"{Path(result.get('table', 'table')).name} on {result['measured_on'].get('device_name', '?')}")
+    ax.set(xlabel="measured end to end (ms)", ylabel="predicted (ms)", xlim=(lo, hi))
+    ax.set_title(f"{Path(result.get('table', 'table')).name}\non {result['measured_on'].get('device_name', '?')}",
+                 fontsize=9)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
