@@ -1,11 +1,12 @@
 """Finalisation: the archs a run hands over, trained past their inherited weights.
 
 Inherited weights rank archs; they are not what a user deploys. After the search, `archs` archs spread over
-the latency range of the front (`select_spread`) are trained further as standalone networks, from their
+the cost range of the front (`select_spread`) are trained further as standalone networks, from their
 inherited weights (`init: inherited`, fine-tuning as in Once-for-All) or from fresh weights (`init: scratch`),
-with knowledge distillation from the supernet's largest arch (Hinton et al. 2015; OFA, BigNAS). All of them
-train in lockstep on the same batches, so each batch and the teacher's output on it are computed once for all
-students.
+optionally with knowledge distillation from the supernet's largest arch (`kd_ratio`; Hinton et al. 2015; OFA,
+BigNAS). The default configs distil nothing: fine-tuned students overtake the inherited teacher, which then
+holds them back (measured in both default runs). All of them train in lockstep on the same batches, so each
+batch and the teacher's output on it are computed once for all students.
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
 report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`.
