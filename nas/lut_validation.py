@@ -23,7 +23,8 @@ from .rundir import EvaluationJournal, atomic_write_text
 logger = logging.getLogger(__name__)
 
 __all__ = ["agreement", "validate_table", "correct_for_this_machine",
-           "read_correction_record", "load_run_correction", "measured_beside_predicted", "plot_validation"]
+           "read_correction_record", "load_run_correction", "measured_beside_predicted", "measured_latencies",
+           "plot_validation"]
 
 CORRECTION_FILE = "latency_correction.json"
 
@@ -59,10 +60,11 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
     The correction is fitted on the first `calibration_archs` of them, as a run does at its start; the figures
     after correction are those of the other archs (held out), so they say what a run can expect.
     """
-    k = min(calibration_archs, n_archs - 2)
-    if k < 2:
-        raise CostModelError("a table's validation needs at least 4 archs (2 fit the correction, 2 check it)")
     archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+    k = min(calibration_archs, len(archs) - 2)
+    if k < 2:
+        raise CostModelError(f"a table's validation needs at least 4 distinct archs (2 fit the correction, 2 check "
+                             f"it); {len(archs)} asked for or in the space")
     predicted, measured = _predicted_and_measured(space, LutCostModel(table), archs)
     correction = LatencyCorrection.fit(predicted[:k], measured[:k])
     corrected = correction.scale * predicted + correction.offset_ms
@@ -119,13 +121,13 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
 
 def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
     """Arch key -> end-to-end latency (ms) of each of `records` measured on this machine, for a run whose cost
-    model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl, so a
-    resumed run measures nothing twice."""
+    model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl (read
+    by the report; `measured_latencies`), so a resumed run measures nothing twice."""
     model = ctx.cost_model
     if not records or not isinstance(model, LutCostModel) or not _device_here(model.table.settings().device):
         return {}
-    journal = EvaluationJournal(ctx.run_dir.checkpoint_dir / "measured.jsonl")
-    done = {r["key"]: r["measured_ms"] for r in journal.load()}
+    journal = EvaluationJournal(measured_journal(ctx.run_dir))
+    done = measured_latencies(ctx.run_dir)
     todo = [r for r in records if r["key"] not in done]
     if todo:
         _, measured = _predicted_and_measured(ctx.space, model, [r["arch"] for r in todo])
@@ -134,6 +136,15 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
             journal.append({"key": record["key"], "measured_ms": done[record["key"]]})
         logger.info("measured %d finalised archs end to end on this machine (%s)", len(todo), model.name)
     return {r["key"]: done[r["key"]] for r in records}
+
+
+def measured_journal(run_dir) -> Path:
+    return Path(run_dir.checkpoint_dir) / "measured.jsonl"
+
+
+def measured_latencies(run_dir) -> dict[str, float]:
+    """Arch key -> the latency measured by `measured_beside_predicted` ({} when nothing was measured)."""
+    return {r["key"]: r["measured_ms"] for r in EvaluationJournal(measured_journal(run_dir)).load()}
 
 
 def _device_here(device: str) -> bool:

@@ -183,6 +183,19 @@ def _headline_section(rows: Sequence[dict], baselines: Sequence[dict], metric: s
     return f"<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
 
 
+def _add_measured(final: list[dict], run_dir: RunDir) -> list[str]:
+    """Give the finalised rows the end-to-end latency measured on the run's machine, if the run measured them
+    (`nas.lut_validation.measured_beside_predicted`); returns the extra column."""
+    from search_spaces import arch_key
+
+    from .lut_validation import measured_latencies
+
+    measured = measured_latencies(run_dir)
+    for row in final:
+        row["measured_ms"] = measured.get(arch_key(json.loads(row["arch"])), "")
+    return ["measured_ms"] if measured else []
+
+
 def _correction_note(run_dir: RunDir) -> str:
     """What the run did with a latency table measured elsewhere (`nas.lut_validation`), if it used a table."""
     from .lut_validation import read_correction_record
@@ -217,7 +230,7 @@ def build_report(run_dir: RunDir) -> None:
     final = sorted((r for r in rows if r.get(f"final_{metric}", "") != ""), key=lambda r: float(r["latency_ms"]))
     config_text = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
     columns = ["id", metric, f"test_{metric}", "latency_ms", "params", "macs", "arch"]
-    measured = ["measured_ms"] if any(r.get("measured_ms", "") != "" for r in final) else []
+    measured = _add_measured(final, run_dir)
     final_columns = ["id", f"final_{metric}", f"final_test_{metric}", metric, "latency_ms", *measured,
                      "is_final_pareto", "params", "macs", "arch"]
     base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]

@@ -24,8 +24,9 @@ DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
          "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
          "search.finalize.archs=2", "search.finalize.epochs=0.25", "baselines=[]"]
-TINY_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.kernel_sizes=[3]",
-              "space.expand_ratios=[3]"]
+#: the smallest space with four archs, enough for a table's validation (2 fit a correction, 2 check it)
+FOUR_ARCH_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.kernel_sizes=[3, 5]",
+                   "space.expand_ratios=[3, 4]"]
 
 
 def _readme_commands() -> set[str]:
@@ -61,9 +62,10 @@ README_COMMANDS = {
         lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", fmt, "-o",
                              str(tmp / f"m.{fmt}")] for fmt in ("torch", "onnx", "openvino")],
     "vpunas lut collect CONFIG.yaml [-o TABLE.json] [--device CPU|NPU]":
-        lambda tmp, smoke: [["lut", "collect", SMOKE, *TINY_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
+        lambda tmp, smoke: [["lut", "collect", SMOKE, *FOUR_ARCH_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
                              "--warmup", "1", "--repeats", "5", "--validate", "4", "--no-progress"]],
     "vpunas lut collect CONFIG": None,  # the same command, quoted in prose
+    "vpunas lut collect": None,  # prose
     "vpunas lut validate CONFIG.yaml|TABLE.json [--archs 50] [-o DIR]":
         lambda tmp, smoke: [["lut", "validate", SMOKE, "--archs", "5", "--calibration-archs", "2", "-o",
                              str(tmp / "v1")],
