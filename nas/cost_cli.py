@@ -17,6 +17,7 @@ import argparse
 import logging
 
 from hw_cost import CostModelError, load_cost_model
+from hw_cost.lut import LutCostModel
 
 __all__ = ["add_cost_parser", "add_vpunn_parser", "parse_input_shape", "build_named_model"]
 
@@ -80,6 +81,11 @@ def _cost(args) -> int:
         # by default the run's own cost model, with its own options
         cost_model = (_cost_model(args.cost, args) if args.cost else
                       load_cost_model(run_cost.model, **run_cost.options()))
+        if not args.cost and isinstance(cost_model, LutCostModel):  # the table as the run corrected it
+            from nas.lut_validation import load_run_correction
+            from nas.rundir import RunDir
+
+            load_run_correction(cost_model, RunDir(args.model))
     else:
         spec = args.cost or "vpunn:VPU_2_7"
         if spec.startswith("lut:"):
@@ -92,7 +98,10 @@ def _cost(args) -> int:
     network_cost = getattr(cost_model, "network_cost", None)
     if network_cost is None:  # a cost model without per-layer costs (e.g. a latency table)
         ms = cost_model.latency_ms(blocks) if blocks is not None else cost_model.model_latency_ms(model, shape)
-        print(f"{name} on {cost_model.name}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
+        corrected = getattr(cost_model, "correction", None)
+        note = f" (corrected for the run's machine: {corrected.scale:.3g} x table + {corrected.offset_ms:.4f} ms)" \
+            if corrected else ""
+        print(f"{name} on {cost_model.name}{note}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
         return 0
     result = network_cost(model, shape)
     print(result.table())

@@ -4,6 +4,7 @@ trusted."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -118,7 +119,7 @@ def test_lut_validate_command(tmp_path, capsys):
     assert (out / "validation.png").stat().st_size > 10_000
 
 
-def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path):
+def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path, capsys):
     """Every latency of the run (candidates.csv) comes from the corrected table, the run records it, and its
     finalised archs are measured here beside their predictions."""
     out = tmp_path / "run"
@@ -146,3 +147,8 @@ def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path):
     assert list(measured) == [arch_key(json.loads(final[0]["arch"]))] and list(measured.values())[0] > 0
     page = (out / "report.html").read_text()
     assert "measured_ms" in page and ("corrected to" in page) is record["applied"]
+    # vpunas cost RUN_DIR --arch ID costs the arch as the run did
+    capsys.readouterr()
+    assert main(["cost", str(out), "--arch", rows[0]["id"]]) == 0
+    printed = float(re.search(r": ([0-9.]+) ms", capsys.readouterr().out).group(1))
+    assert printed == pytest.approx(float(rows[0]["latency_ms"]), abs=1e-4)
