@@ -95,6 +95,10 @@ class LatencyCorrection:
             scale, offset = float(np.mean(measured) / np.mean(predicted)), 0.0
         return cls(round(float(scale), 6), round(float(offset), 6))
 
+    def apply(self, ms):
+        """The corrected latency of a network the table predicts at `ms` (a number or an array)."""
+        return self.scale * ms + self.offset_ms
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -134,7 +138,7 @@ class LutCostModel(CostModel):
     def latency_ms(self, blocks: Sequence[Block]) -> float:
         overhead = float(self.table.metadata.get("inference_overhead_ms", 0.0))
         if self.correction is not None:
-            overhead = self.correction.scale * overhead + self.correction.offset_ms
+            overhead = self.correction.apply(overhead)
         return float(np.sum(self.block_latencies_ms(blocks))) + overhead
 
     def check_covers(self, blocks: Sequence[Block]) -> None:

@@ -29,15 +29,17 @@ __all__ = ["agreement", "validate_table", "correct_for_this_machine",
 CORRECTION_FILE = "latency_correction.json"
 
 
-def _predicted_and_measured(space: SearchSpace, model: LutCostModel, archs: list[dict]):
-    """The table's latency (ms) of each arch, and the arch's end-to-end latency on this machine measured as the
-    table was (device, precision, threads, repeats), interleaved so that drift of a shared machine hits all
-    archs alike."""
-    predicted = np.array([model.latency_ms(space.blocks(a)) for a in archs])
+def _predicted(space: SearchSpace, model: LutCostModel, archs: list[dict]) -> np.ndarray:
+    return np.array([model.latency_ms(space.blocks(a)) for a in archs])
+
+
+def _measure_here(space: SearchSpace, table: LatencyTable, archs: list[dict]) -> np.ndarray:
+    """Each arch's end-to-end latency (ms) on this machine, measured as the table was (device, precision,
+    threads, repeats), interleaved so that drift of a shared machine hits all archs alike."""
     supernet = space.build_supernet().eval()
     networks = [supernet.extract(arch).eval() for arch in archs]
-    stats = OpenVinoProfiler(model.table.settings()).measure_many(networks, (1, *space.input_shape), rounds=5)
-    return predicted, np.array([s.median_ms for s in stats])
+    stats = OpenVinoProfiler(table.settings()).measure_many(networks, (1, *space.input_shape), rounds=5)
+    return np.array([s.median_ms for s in stats])
 
 
 def agreement(predicted, measured) -> dict:
@@ -65,9 +67,9 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
     if k < 2:
         raise CostModelError(f"a table's validation needs at least 4 distinct archs (2 fit the correction, 2 check "
                              f"it); {len(archs)} asked for or in the space")
-    predicted, measured = _predicted_and_measured(space, LutCostModel(table), archs)
+    predicted, measured = _predicted(space, LutCostModel(table), archs), _measure_here(space, table, archs)
     correction = LatencyCorrection.fit(predicted[:k], measured[:k])
-    corrected = correction.scale * predicted + correction.offset_ms
+    corrected = correction.apply(predicted)
     result = {"measured_on": OpenVinoProfiler(table.settings()).metadata(), "archs": len(archs),
               "calibration_archs": k, "before": agreement(predicted, measured),
               "correction": correction.to_dict(), "after_held_out": agreement(corrected[k:], measured[k:]),
@@ -104,9 +106,9 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
         record["measured_elsewhere"] = foreign
         if mode == "always" or foreign:
             archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
-            predicted, measured = _predicted_and_measured(space, model, archs)
+            predicted, measured = _predicted(space, model, archs), _measure_here(space, model.table, archs)
             model.correction = LatencyCorrection.fit(predicted, measured)
-            corrected = np.array([model.latency_ms(space.blocks(a)) for a in archs])
+            corrected = model.correction.apply(predicted)
             record.update(applied=True, correction=model.correction.to_dict(), before=agreement(predicted, measured),
                           after=agreement(corrected, measured), measured_ms=np.round(measured, 4).tolist())
             logger.warning("latency table %s %s: on %d networks measured here its error is %.1f%% (MAPE); "
@@ -130,7 +132,7 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
     done = measured_latencies(ctx.run_dir)
     todo = [r for r in records if r["key"] not in done]
     if todo:
-        _, measured = _predicted_and_measured(ctx.space, model, [r["arch"] for r in todo])
+        measured = _measure_here(ctx.space, model.table, [r["arch"] for r in todo])
         for record, ms in zip(todo, measured):
             done[record["key"]] = round(float(ms), 4)
             journal.append({"key": record["key"], "measured_ms": done[record["key"]]})

@@ -75,14 +75,14 @@ def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
     assert record["after"]["mape_pct"] < record["before"]["mape_pct"]
     assert len(record["measured_ms"]) == 5
     # a resumed run (or a report of it) reads the decision back and measures nothing
-    monkeypatch.setattr(lut_validation, "_predicted_and_measured", lambda *a: pytest.fail("measured again"))
+    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured again"))
     again = LutCostModel(_foreign_table())
     correct_for_this_machine(space, again, "auto", 5, 0, run_dir)
     assert again.correction == model.correction
 
 
 def test_a_local_table_or_never_is_used_as_measured(tmp_path, monkeypatch):
-    monkeypatch.setattr(lut_validation, "_predicted_and_measured", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured"))
     space = _smoke_space()
     local = LatencyTable.load(TABLE)
     local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
