@@ -11,7 +11,7 @@ from .errors import VpunnError
 
 __all__ = ["int_codes", "VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction",
            "Swizzling",
-           "ISIStrategy", "VPUTilingStrategy", "DMADirection", "parse_enum", "DTYPE_BITS"]
+           "ISIStrategy", "VPUTilingStrategy", "DMADirection", "NumDMAEngine", "parse_enum", "DTYPE_BITS"]
 
 
 class VPUDevice(IntEnum):
@@ -31,6 +31,8 @@ class Operation(IntEnum):
     MAXPOOL = 3
     AVEPOOL = 4
     CM_CONVOLUTION = 5
+    LAYER_NORM = 6
+    ELTWISE_MUL = 7
 
 
 class DataType(IntEnum):
@@ -103,12 +105,22 @@ class ISIStrategy(IntEnum):
 
 
 class VPUTilingStrategy(IntEnum):
-    """Inter-tile strategies of the layer model; AUTO_MIN is the minimum over the other three."""
+    """Inter-tile strategies of the layer model, with the runtime's values; AUTO_MIN (ours) is the minimum over the
+    strategies of the device."""
 
     NONE = 0
     SOH_Overlapped = 1
     SOK = 2
-    AUTO_MIN = 3
+    SOW = 3
+    SOHW = 4
+    SOHK = 5
+    SOHO_K_SWITCH = 7
+    AUTO_MIN = 100
+
+
+class NumDMAEngine(IntEnum):
+    Num_Engine_1 = 0
+    Num_Engine_2 = 1
 
 
 class DMADirection(IntEnum):
