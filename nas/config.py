@@ -23,7 +23,8 @@ __all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_y
 @dataclass
 class CostConfig:
     """Args:
-        model: "vpunn:VPU_2_7", "vpunn:VPU_2_0" (fast variants "vpunn:VPU_2_7.fast", ...) or "lut:path.json".
+        model: "vpunn:VPU_2_7", "vpunn:VPU_2_0", "vpunn:VPU_4_0", "vpunn:NPU_5_0" (fast variants
+            "vpunn:VPU_2_7.fast", "vpunn:VPU_2_0.fast") or "lut:path.json".
         dtype: inference precision for VPUNN ("uint8" or "fp16"); a LUT carries its own.
         model_dir: folder of the VPUNN model files (default: $VPUNAS_VPUNN_DIR, else the files shipped in
             hw_cost/vpunn/models).

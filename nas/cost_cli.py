@@ -2,6 +2,7 @@
 
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
     vpunas cost RUN_DIR --arch ID [--cost vpunn:VPU_2_7|lut:FILE]     (default: the run's own cost model)
+    vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0       (the run's front on every generation)
     vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
@@ -69,10 +70,36 @@ def _run_arch(run_dir: str, arch_id: str):
 def _cost_model(spec: str, args):
     from nas.config import CostConfig
 
-    return load_cost_model(spec, **CostConfig(model=spec, dtype=args.dtype, model_dir=args.model_dir).options())
+    config = CostConfig(model=spec, dtype=args.dtype or "uint8", model_dir=args.model_dir)
+    return load_cost_model(spec, **config.options())
+
+
+def _devices(args) -> int:
+    """`--devices`: the run's front costed on several devices (nas.generations)."""
+    from hw_cost.vpunn import DEVICE_MODELS
+    from nas.generations import cost_front_on_devices
+    from nas.rundir import RunDir
+
+    devices = [d.strip().upper() for d in args.devices.split(",") if d.strip()]
+    unknown = [d for d in devices if d not in DEVICE_MODELS]
+    if unknown or len(devices) < 2:
+        raise CostModelError(f"--devices {args.devices!r}: expected at least two of {', '.join(DEVICE_MODELS)}"
+                             + (f" ({', '.join(unknown)} unknown)" if unknown else ""))
+    if args.arch is not None or args.cost or args.input:
+        raise CostModelError("--devices costs a run's whole front on VPUNN models: leave out --arch, --cost and --input")
+    run = RunDir(args.model)
+    if not run.candidates.exists():
+        raise CostModelError(f"--devices: {args.model} has no candidates.csv (not a vpunas run directory?)")
+    table = cost_front_on_devices(run, devices, dtype=args.dtype, model_dir=args.model_dir)
+    print(f"{args.model}: {len(table.ids)} archs with a test {table.metric}, latency per device "
+          f"(VPUNN, {args.dtype or 'the run dtype'})")
+    print("\n".join(table.lines()))
+    return 0
 
 
 def _cost(args) -> int:
+    if args.devices is not None:
+        return _devices(args)
     if args.arch is not None:
         model, shape, blocks, run_cost = _run_arch(args.model, args.arch)
         name = f"{args.model} arch {args.arch}"
@@ -105,7 +132,7 @@ def _cost(args) -> int:
         return 0
     result = network_cost(model, shape)
     print(result.table())
-    print(f"{name} on {cost_model.name} ({args.dtype}, input {'x'.join(map(str, shape))}): "
+    print(f"{name} on {cost_model.name} ({args.dtype or 'uint8'}, input {'x'.join(map(str, shape))}): "
           f"{result.ms:.4f} ms, {result.fps:.1f} fps")
     return 0
 
@@ -120,7 +147,10 @@ def add_cost_parser(sub) -> None:
     p.add_argument("--cost", help="cost model spec: vpunn:VPU_2_7, vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE "
                                   "(a run's archs only); default: the run's own with --arch, else vpunn:VPU_2_7")
     p.add_argument("--input", help="input shape NxCxHxW of a named model (default 1x3x224x224)")
-    p.add_argument("--dtype", choices=("uint8", "fp16"), default="uint8", help="inference precision")
+    p.add_argument("--devices", metavar="D1,D2,...", help="cost the front of the run directory MODEL_OR_RUN on each "
+                   "of these VPUNN devices (VPU_2_0, VPU_2_7, VPU_4_0, NPU_5_0) and show where the ranking changes")
+    p.add_argument("--dtype", choices=("uint8", "fp16"), help="inference precision (default uint8; with --devices "
+                                                                "the run's)")
     p.add_argument("--model-dir", help="folder of the .vpunn files")
     p.set_defaults(handler=_cost)
 

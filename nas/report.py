@@ -16,7 +16,8 @@ from .rundir import RunDir, atomic_write_bytes, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS"]
+__all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "CANDIDATE_COLUMNS",
+           "metric_of", "test_figure", "headline"]
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
                      "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "is_final_pareto")
@@ -82,7 +83,8 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def _metric_of(rows: Sequence[dict]) -> str:
+def metric_of(rows: Sequence[dict]) -> str:
+    """The quality column of a run's candidates.csv: top1 (classification) or psnr (super-resolution)."""
     for name in ("top1", "psnr"):
         if rows and name in rows[0]:
             return name
@@ -151,20 +153,24 @@ def _final_section(final: list[dict], columns: Sequence[str], metric: str) -> st
             f"<b>{'n/a' if tau is None else f'{tau:.3f}'}</b>.</p>{_table(final, columns)}")
 
 
+def test_figure(row: dict, metric: str) -> float | None:
+    """A candidates.csv (or baselines.csv) row's test figure: finalised if it has one, else inherited; None if
+    the row was not scored on the test split."""
+    value = row.get(f"final_test_{metric}", "") or row.get(f"test_{metric}", "")
+    return None if value == "" else float(value)
+
+
 def headline(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[str]:
     """The papers' comparison, per baseline: the fastest searched arch at least as good on the test split, and
     its fps ratio. Finalised archs count with their finalised test metric, other front archs with their
     inherited one."""
-    def test_of(row):
-        value = row.get(f"final_test_{metric}", "") or row.get(f"test_{metric}", "")
-        return None if value == "" else float(value)
-
-    searched = [(test_of(r), float(r["latency_ms"]), r["id"]) for r in rows if test_of(r) is not None]
+    searched = [(test_figure(r, metric), float(r["latency_ms"]), r["id"]) for r in rows
+                if test_figure(r, metric) is not None]
     lines = []
     for b in baselines:
-        if test_of(b) is None:
+        if test_figure(b, metric) is None:
             continue
-        target, latency = test_of(b), float(b["latency_ms"])
+        target, latency = test_figure(b, metric), float(b["latency_ms"])
         good = [s for s in searched if s[0] >= target]
         if not good:
             lines.append(f"{b['name']} ({target:.2f} test {metric} at {latency:.4g} ms): no searched arch reaches it")
@@ -221,7 +227,7 @@ def build_report(run_dir: RunDir) -> None:
     rows = read_csv(run_dir.candidates)
     if not rows:
         raise RunDirError(f"{run_dir.candidates} has no rows")
-    metric = _metric_of(rows)
+    metric = metric_of(rows)
     baselines = read_csv(run_dir.baselines) if run_dir.baselines.exists() else []
     cost_model = rows[0]["cost_model"]
     png = _plot(rows, baselines, metric, cost_model)

@@ -41,10 +41,12 @@ def test_specs_and_defaults():
 
 
 @pytest.mark.parametrize("spec, options, message", [
-    ("VPU_4_0", {}, "unknown VPUNN model 'VPU_4_0'"),
+    ("VPU_3_0", {}, "unknown VPUNN model 'VPU_3_0'"),
     ("VPU_2_7", {"tiles": 2}, "unknown vpunn cost-model option.*tiles.*valid: model_dir"),
     ("VPU_2_7", {"dtype": "int4"}, "dtype must be 'uint8' or 'fp16'"),
-    ("VPU_2_7", {"strategy": "SOW"}, "unknown VPUTilingStrategy 'SOW'"),
+    ("VPU_2_7", {"strategy": "MAGIC"}, "unknown VPUTilingStrategy 'MAGIC'"),
+    ("VPU_4_0", {"fast": True}, "Intel publishes no .fast model for VPU_4_0"),
+    ("NPU_5_0.fast", {}, "Intel publishes no .fast model for NPU_5_0"),
     ("VPU_2_7", {"dma": "magic"}, "dma must be 'theoretical' or 'nn'"),
     ("VPU_2_7", {"n_tiles": -1}, "at least 1"),
     ("VPU_2_0", {"n_tiles": 2}, "VPU_2_0 layer model supports at most 1 tile"),

@@ -1,4 +1,5 @@
-"""Intel's VPUNN cost models (VPU 2.0 / VPU 2.7), read from the published `.vpunn` files and run in numpy.
+"""Intel's VPUNN cost models (VPU 2.0, VPU 2.7, VPU 4.0, NPU 5.0), read from the published `.vpunn` files and
+run in numpy.
 
 * `read_vpunn`: the FlatBuffers model file reader.
 * `DpuModel`: DPU workloads (`DPUWorkload`) -> cycles, batched, with the official sanitizer and error codes.
@@ -17,13 +18,13 @@ from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, I
                     Swizzling, VPUDevice, VPUTilingStrategy)
 from .errors import ERROR_CODES, VpunnError, error_name, is_error
 from .layer import LayerModel, LayerRequest, LayerResult, TileResult, dpu_layer
-from .network import COST_MODEL_OPTIONS, LayerCost, NetworkCost, VpunnCostModel, load_vpunn_cost_model
+from .network import COST_MODEL_OPTIONS, DEVICE_MODELS, LayerCost, NetworkCost, VpunnCostModel, load_vpunn_cost_model
 from .paths import ENV_VAR, find_model_dir, resolve_model_file
 from .reader import VpunnNetwork, parse_model_name, read_vpunn
 from .workload import DPUWorkload, workload_from_row
 
 __all__ = [
-    "ActivationFunction", "COST_MODEL_OPTIONS", "DEVICES", "DMADirection", "DMAWorkload", "DPUWorkload", "DataType",
+    "ActivationFunction", "COST_MODEL_OPTIONS", "DEVICES", "DEVICE_MODELS", "DMADirection", "DMAWorkload", "DPUWorkload", "DataType",
     "DeviceConfig", "DmaModel", "DpuModel", "ENV_VAR", "ERROR_CODES", "ExecutionMode", "ISIStrategy", "LayerCost",
     "LayerModel", "LayerRequest", "LayerResult", "Layout", "NetworkCost", "Operation", "Swizzling", "TileResult",
     "VPUDevice", "VPUTilingStrategy", "VpunnCostModel", "VpunnError", "VpunnNetwork", "device_config",

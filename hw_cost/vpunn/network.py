@@ -1,13 +1,14 @@
-"""`VpunnCostModel`: latency of whole torch networks on VPU 2.0 / 2.7 from the VPUNN layer model.
+"""`VpunnCostModel`: latency of whole torch networks on VPU 2.0 / 2.7 / 4.0 and NPU 5.0 from the VPUNN layer model.
 
 Every `LayerSpec` of `hw_cost.extract_layers` is costed by one documented rule (the `rule` column of the
 per-layer table), never dropped:
 
 * **dpu** - conv, depthwise conv, linear, add, max/avg pool run on the DPU through the layer model
-  (`LayerModel`, default AUTO_MIN over clustering / SOH-overlapped / SOK). Shapes go to VPUNN's W, H, C order,
-  batch 1 (a batch of N costs N times one image). Channels are padded up to multiples of 16, except that on
-  VPU 2.7 a conv with 1-15 input channels keeps them (VPUNN runs it as CM_CONVOLUTION); VPU 2.0 has no
-  CM_CONV in its layer model, so there the input channels are padded to 16 too. A linear layer is a 1x1 conv.
+  (`LayerModel`, default AUTO_MIN over the device's strategies: clustering / SOH-overlapped / SOK, and from 4.0
+  on also SOW and SOHO_K_SWITCH). Shapes go to VPUNN's W, H, C order, batch 1 (a batch of N costs N times one
+  image). Channels are padded up to multiples of 16, except that a conv with 1-15 input channels keeps them
+  from VPU 2.7 on (VPUNN runs it as CM_CONVOLUTION); VPU 2.0 has no CM_CONV in its layer model, so there the
+  input channels are padded to 16 too. A linear layer is a 1x1 conv.
   A grouped (not depthwise) conv costs the cheaper of a dense conv with block-diagonal weights and its groups
   run one after another. relu/relu6 fuse as RELU, leaky_relu as LRELU.
 * **dpu+act** - any other fused activation (hardswish, sigmoid, silu, gelu, tanh, ...): the DPU layer without
@@ -20,7 +21,9 @@ per-layer table), never dropped:
   rule **dpu-split KxH+ddr**.
 * **dpu-theoretical** - a DPU layer the layer model rejects for another reason (e.g. a kernel above 15 or a
   stride above 8) costs VPUNN's theoretical cycles of the whole layer as one workload, divided by the DPUs
-  that would share it (tiles x DPUs per tile).
+  that would share it (tiles x DPUs per tile). Where the runtime's unsigned arithmetic would wrap around (its
+  padding-skip estimate above the MAC count, small padded convolutions on 4.0 / 5.0) the count is taken as 0
+  skipped MACs instead of ~9e15 cycles, so the fallback never ranks a layer absurdly.
 * **memory-bound** - ops the DPU does not run (pixel_shuffle, global_avgpool, upsample, concat, mul,
   standalone act / batchnorm, other): bytes read + bytes written moved once through CMX at the theoretical DMA
   rate (VPUNN's legacy DMA model, CMX->CMX, latency included). Reads are the input tensor (mul: input and an
@@ -30,7 +33,12 @@ per-layer table), never dropped:
 Where activations live is the option `activations_in_ddr`: "auto" (default) as above, True for every DPU
 layer, False never (every tensor assumed in CMX, as before spills were modelled).
 
-Cycles are DPU clock cycles (700 MHz on VPU 2.0, 1300 MHz on VPU 2.7).
+Cycles are DPU clock cycles (700 MHz on VPU 2.0, 1300 MHz on VPU 2.7, 1700 MHz on VPU 4.0, 1950 MHz on NPU 5.0).
+
+Tiles per layer default to the product's tile count: 1 on VPU 2.0 (with 5 DPUs), 2 on VPU 2.7 (NPU 3720),
+6 on VPU 4.0 (Lunar Lake's NPU 4) and 3 on NPU 5.0 (Panther Lake's NPU 5, twice the MACs per tile); Intel's
+4.0 / 5.0 layer tests and reference vectors use 4, which `n_tiles=4` reproduces.
+
 """
 from __future__ import annotations
 
@@ -58,11 +66,20 @@ from .theoretical import theoretical_cycles
 from .workload import F, DPUWorkload, workloads_to_matrix
 
 __all__ = ["VpunnCostModel", "LayerCost", "NetworkCost", "load_vpunn_cost_model", "read_model_cached",
-           "COST_MODEL_OPTIONS"]
+           "COST_MODEL_OPTIONS", "DEVICE_MODELS"]
 
 log = logging.getLogger(__name__)
 
-_DEFAULT_TILES = {VPUDevice.VPU_2_0: (1, 5), VPUDevice.VPU_2_7: (2, 1)}  # (n_tiles, n_dpu), the reference configs
+#: (n_tiles, n_dpu) of each device's product (see the module docstring)
+_DEFAULT_TILES = {VPUDevice.VPU_2_0: (1, 5), VPUDevice.VPU_2_7: (2, 1), VPUDevice.VPU_4_0: (6, 1),
+                  VPUDevice.NPU_5_0: (3, 1)}
+#: spec name -> device, DPU model and DMA model (MODEL_FILES keys); VPU 2.0 has no DMA network of its own
+DEVICE_MODELS = {"VPU_2_0": (VPUDevice.VPU_2_0, "VPU_2_0", "DMA_2_7"),
+                 "VPU_2_7": (VPUDevice.VPU_2_7, "VPU_2_7", "DMA_2_7"),
+                 "VPU_4_0": (VPUDevice.VPU_4_0, "VPU_4_0", "DMA_4_0"),
+                 "NPU_5_0": (VPUDevice.NPU_5_0, "NPU_5_0", "DMA_5_0")}
+#: input interface of a DPU model file -> the device it was trained for
+_INTERFACE_DEVICES = {10: VPUDevice.VPU_2_0, 11: VPUDevice.VPU_2_7, 4011: VPUDevice.VPU_4_0, 5114: VPUDevice.NPU_5_0}
 _STRATEGY_ALIASES = {"SOHO": "SOH_Overlapped", "CLUSTERING": "NONE", "AUTO": "AUTO_MIN"}
 _ACTIVATIONS = {"none": ActivationFunction.NONE, "relu": ActivationFunction.RELU, "relu6": ActivationFunction.RELU,
                 "leaky_relu": ActivationFunction.LRELU}
@@ -74,13 +91,14 @@ COST_MODEL_OPTIONS = {
     "model_dir": "folder of .vpunn files (default: $VPUNAS_VPUNN_DIR, else the files shipped with vpunas)",
     "dtype": "'uint8' (default) or 'fp16': the precision extract_layers gives the layers",
     "fast": "use the .fast model file (same as the '.fast' suffix)",
-    "n_tiles": "tiles per layer (default 2 on VPU 2.7, 1 on VPU 2.0)",
-    "n_dpu": "the layer model's nDPU argument (default 1 on VPU 2.7, 5 on VPU 2.0)",
-    "strategy": "AUTO_MIN (default), NONE, SOHO or SOK",
+    "n_tiles": "tiles per layer (default 1 on VPU 2.0, 2 on VPU 2.7, 6 on VPU 4.0, 3 on NPU 5.0)",
+    "n_dpu": "the layer model's nDPU argument (default 5 on VPU 2.0, else 1)",
+    "strategy": "AUTO_MIN (default), NONE, SOHO or SOK; from VPU 4.0 on also SOW or SOHO_K_SWITCH",
     "weights_dma": "add the weights DMA of every layer (prefetching off); default False",
     "activations_in_ddr": "'auto' (default): tensors that do not fit CMX go through DDR; True: every DPU "
                           "layer's input and output; False: none",
-    "dma": "'theoretical' (default) or 'nn' (dma_2_7.vpunn) for those transfers",
+    "dma": "'theoretical' (default) or 'nn' (the device's DMA network: dma_2_7, dma_4_0 or dmann_5_0) for those "
+           "transfers",
     "blas_threads": "BLAS threads of the NN pass (default 1, robust on shared cores; None: the library's)",
 }
 
@@ -167,15 +185,15 @@ def _pad16(c: int) -> int:
 
 
 class VpunnCostModel(CostModel):
-    """Network latency on VPU 2.0 / 2.7 from Intel's VPUNN models, run in numpy (see the module docstring).
+    """Network latency on VPU 2.0 / 2.7 / 4.0 / NPU 5.0 from Intel's VPUNN models, in numpy (see the module docstring).
 
     Args:
-        device: VPU_2_0 or VPU_2_7.
-        dpu: the DPU model (vpu_2_x[.fast].vpunn).
+        device: VPU_2_0, VPU_2_7, VPU_4_0 or NPU_5_0.
+        dpu: the DPU model (vpu_2_x[.fast].vpunn, vpu_4_0.vpunn, vpu_5_1.vpunn).
         name: the spec recorded with results, e.g. "vpunn:VPU_2_7".
         dtype: "uint8" or "fp16", the precision layers are extracted with.
         n_tiles / n_dpu: arguments of the layer model (defaults: the reference configurations).
-        strategy: a VPUTilingStrategy; AUTO_MIN takes the best of the three.
+        strategy: a VPUTilingStrategy; AUTO_MIN takes the best of the device's strategies.
         dma: DmaModel for the DMA terms, None for the theoretical DMA model.
         weights_dma: add the weights DMA of every DPU layer.
         activations_in_ddr: "auto" (tensors that do not fit CMX pay DDR transfers, see the module docstring),
@@ -291,8 +309,8 @@ class VpunnCostModel(CostModel):
         return _Plan([], ddr, "memory-bound+ddr")
 
     def _cin(self, c: int) -> int:
-        """Input channels of a conv: kept for 1-15 on VPU 2.7 (CM_CONV), else padded to a multiple of 16."""
-        return c if self.device == VPUDevice.VPU_2_7 and 1 <= c <= 15 else _pad16(c)
+        """Input channels of a conv: kept for 1-15 from VPU 2.7 on (CM_CONV), else padded to a multiple of 16."""
+        return c if self.device != VPUDevice.VPU_2_0 and 1 <= c <= 15 else _pad16(c)
 
     def _lower(self, spec: LayerSpec) -> _Plan:
         if spec.op not in _DPU_OPS or (spec.op == "add" and spec.in_shape != spec.out_shape):
@@ -405,7 +423,7 @@ class VpunnCostModel(CostModel):
 
     def _theoretical(self, lay: DPUWorkload, res: LayerResult | None) -> None:
         why = res.error if res is not None else "no split fits CMX"
-        mode = ExecutionMode.CUBOID_16x16 if self.device == VPUDevice.VPU_2_7 else \
+        mode = ExecutionMode.CUBOID_16x16 if self.device != VPUDevice.VPU_2_0 else \
             (ExecutionMode.VECTOR_FP16 if lay.in_dtype == DataType.FLOAT16 else ExecutionMode.MATRIX)
         single = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])))[0])
         cycles = -(-single // (self.n_tiles * self.config.dpus_per_tile))
@@ -469,8 +487,10 @@ class VpunnCostModel(CostModel):
 
 
 def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
-    """A VpunnCostModel from a spec argument: "VPU_2_7", "VPU_2_0", "VPU_2_7.fast", "VPU_2_0.fast", or a path
-    to a DPU `.vpunn` file (interface 10 means VPU 2.0, 11 VPU 2.7). Options: see `COST_MODEL_OPTIONS`.
+    """A VpunnCostModel from a spec argument: a device of `DEVICE_MODELS` ("VPU_2_7", "VPU_2_0", "VPU_4_0",
+    "NPU_5_0"), a ".fast" variant where Intel publishes one ("VPU_2_7.fast", "VPU_2_0.fast"), or a path to a DPU
+    `.vpunn` file (its input interface names the device: 10 VPU 2.0, 11 VPU 2.7, 4011 VPU 4.0, 5114 NPU 5.0).
+    Options: see `COST_MODEL_OPTIONS`.
     """
     unknown = sorted(set(options) - set(COST_MODEL_OPTIONS))
     if unknown:
@@ -481,29 +501,34 @@ def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
     name = spec.upper().replace(".FAST", ".fast")
     if name.endswith(".fast"):
         fast, name = True, name[:-len(".fast")]
-    if name in ("VPU_2_0", "VPU_2_7"):
-        device = VPUDevice[name]
-        path = resolve_model_file(MODEL_FILES[name + (".fast" if fast else "")], options.get("model_dir"))
-        label = f"vpunn:{name}{'.fast' if fast else ''}"
+    valid = ", ".join(list(DEVICE_MODELS) + [m for m in MODEL_FILES if m.endswith(".fast")])
+    if name in DEVICE_MODELS:
+        device, dpu_key, _ = DEVICE_MODELS[name]
+        dpu_key += ".fast" if fast else ""
+        if dpu_key not in MODEL_FILES:
+            raise VpunnError(f"Intel publishes no .fast model for {name}; valid: {valid}")
+        path = resolve_model_file(MODEL_FILES[dpu_key], options.get("model_dir"))
+        label = f"vpunn:{dpu_key}"
     elif spec.endswith(".vpunn"):
         path = resolve_model_file(spec, options.get("model_dir"))
         device = None
         label = f"vpunn:{path.name}"
     else:
-        raise VpunnError(f"unknown VPUNN model {arg!r}; valid: VPU_2_7, VPU_2_0, VPU_2_7.fast, VPU_2_0.fast or a "
-                         ".vpunn file path")
+        raise VpunnError(f"unknown VPUNN model {arg!r}; valid: {valid} or a .vpunn file path")
     dpu = DpuModel(read_model_cached(path), blas_threads=options.get("blas_threads", 1))
     if device is None:
-        device = {10: VPUDevice.VPU_2_0, 11: VPUDevice.VPU_2_7}[dpu.version]
+        if dpu.version not in _INTERFACE_DEVICES:
+            raise VpunnError(f"{path.name}: input interface {dpu.version} belongs to no supported device")
+        device = _INTERFACE_DEVICES[dpu.version]
     strategy = parse_enum(VPUTilingStrategy, str(options.get("strategy", "AUTO_MIN")).upper(), "strategy",
                           _STRATEGY_ALIASES)
     dma_kind = str(options.get("dma", "theoretical"))
     if dma_kind not in ("theoretical", "nn"):
         raise VpunnError(f"dma must be 'theoretical' or 'nn', not {dma_kind!r}")
-    dma = DmaModel(read_model_cached(resolve_model_file(MODEL_FILES["DMA_2_7"], options.get("model_dir")))) \
+    dma_key = DEVICE_MODELS[device.name][2]
+    dma = DmaModel(read_model_cached(resolve_model_file(MODEL_FILES[dma_key], options.get("model_dir")))) \
         if dma_kind == "nn" else None
     return VpunnCostModel(device, dpu, name=label, dtype=options.get("dtype", "uint8"),
                           n_tiles=options.get("n_tiles"), n_dpu=options.get("n_dpu"), strategy=strategy, dma=dma,
                           weights_dma=options.get("weights_dma", False),
                           activations_in_ddr=options.get("activations_in_ddr", "auto"))
-

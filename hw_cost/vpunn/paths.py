@@ -2,7 +2,8 @@
 
 The model folder is, in this order: an explicit folder (`model_dir=`, a config's `cost.model_dir`, `--model-dir`),
 else `$VPUNAS_VPUNN_DIR`, else the copies shipped in this package (`hw_cost/vpunn/models/`: `vpu_2_0`, `vpu_2_7`,
-their `.fast` variants and `dma_2_7`, unmodified from intel/npu-nn-cost-model, Apache-2.0; see the NOTICE there).
+their `.fast` variants, `dma_2_7`, `vpu_4_0`, `dma_4_0`, `vpu_5_1` and `dmann_5_0`, unmodified from
+intel/npu-nn-cost-model, Apache-2.0; see the NOTICE there).
 A model file may also be given as a path, which is used as it is.
 """
 from __future__ import annotations
@@ -20,7 +21,10 @@ DOWNLOAD_HINT = ("the published files are in Intel's repository intel/npu-nn-cos
                  "(https://github.com/intel/npu-nn-cost-model/tree/main/models)")
 #: cost-model spec -> file name
 MODEL_FILES = {"VPU_2_0": "vpu_2_0.vpunn", "VPU_2_0.fast": "vpu_2_0.fast.vpunn", "VPU_2_7": "vpu_2_7.vpunn",
-               "VPU_2_7.fast": "vpu_2_7.fast.vpunn", "DMA_2_7": "dma_2_7.vpunn"}
+               "VPU_2_7.fast": "vpu_2_7.fast.vpunn", "DMA_2_7": "dma_2_7.vpunn",
+               # the pairing of the upstream library's own tests: NPU 5.0 runs the 5.1 DPU network
+               "VPU_4_0": "vpu_4_0.vpunn", "DMA_4_0": "dma_4_0.vpunn",
+               "NPU_5_0": "vpu_5_1.vpunn", "DMA_5_0": "dmann_5_0.vpunn"}
 #: the folder of the model files shipped with the package (the files of MODEL_FILES)
 SHIPPED_MODEL_DIR = Path(__file__).resolve().parent / "models"
 
