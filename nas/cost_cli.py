@@ -7,7 +7,7 @@
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
                                                                               -> layer_id,strategy,cycles,error
-    vpunas vpunn dma   MODEL_FILE IN.csv -o OUT.csv                           -> id,cycles,error
+    vpunas vpunn dma   MODEL_FILE IN.csv -o OUT.csv [--device VPU_4_0]        -> id,cycles,error
 
 MODEL_FILE is a path, or a file name looked up in the model folder (--model-dir, else $VPUNAS_VPUNN_DIR, else
 the files shipped in the package, hw_cost/vpunn/models).
@@ -86,7 +86,8 @@ def _devices(args) -> int:
         raise CostModelError(f"--devices {args.devices!r}: expected at least two of {', '.join(DEVICE_MODELS)}"
                              + (f" ({', '.join(unknown)} unknown)" if unknown else ""))
     if args.arch is not None or args.cost or args.input:
-        raise CostModelError("--devices costs a run's whole front on VPUNN models: leave out --arch, --cost and --input")
+        raise CostModelError("--devices costs a run's whole front on VPUNN models: leave out --arch, --cost and "
+                             "--input")
     run = RunDir(args.model)
     if not run.candidates.exists():
         raise CostModelError(f"--devices: {args.model} has no candidates.csv (not a vpunas run directory?)")
@@ -176,7 +177,7 @@ def _vpunn_layer(args) -> int:
 def _vpunn_dma(args) -> int:
     from hw_cost.vpunn.tables import dma_table
 
-    n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir)
+    n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
     log.info("costed %d DMA transfers -> %s", n, args.output)
     return 0
 
@@ -191,7 +192,8 @@ def add_vpunn_parser(sub) -> None:
     common.add_argument("-o", "--output", required=True, metavar="OUT.csv", help="output table")
     common.add_argument("--model-dir", help="folder of the .vpunn files")
     by_device = argparse.ArgumentParser(add_help=False)
-    by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0 or VPU_2_7)")
+    by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0, VPU_2_7, VPU_4_0 or "
+                                            "NPU_5_0)")
 
     dpu = kinds.add_parser("dpu", parents=[common, by_device], help="DPU workloads -> id,cycles,error")
     dpu.set_defaults(handler=_vpunn_dpu)
@@ -204,5 +206,5 @@ def add_vpunn_parser(sub) -> None:
     layer.add_argument("--details", action="store_true", help="add the per-tile detail columns")
     layer.set_defaults(handler=_vpunn_layer)
 
-    dma = kinds.add_parser("dma", parents=[common], help="DMA transfers -> id,cycles,error")
+    dma = kinds.add_parser("dma", parents=[common, by_device], help="DMA transfers -> id,cycles,error")
     dma.set_defaults(handler=_vpunn_dma)

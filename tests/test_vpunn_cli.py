@@ -94,6 +94,15 @@ def test_vpunn_dma(tmp_path):
            [(r["id"], int(r["cycles"]), r["error"]) for r in ref]
 
 
+@pytest.mark.parametrize("device, model", [("VPU_4_0", "dma_4_0.vpunn"), ("NPU_5_0", "dmann_5_0.vpunn")])
+def test_vpunn_dma_npu45(tmp_path, device, model):
+    out, table = tmp_path / "dma.csv", VECTORS / "npu45" / "npu45_dma.csv"
+    assert run("vpunn", "dma", model, str(table), "-o", str(out), "--device", device) == 0
+    ref = [r for r in read(table) if r["device"] == device]
+    assert [(g["id"], int(g["cycles"]), g["error"]) for g in read(out)] == \
+           [(r["id"], int(r["cycles"]), r["error"]) for r in ref]
+
+
 def test_bad_tables_name_the_problem(tmp_path):
     rows = read(VECTORS / "vpunn_dpu.csv")[:3]
     no_col = write(tmp_path / "nocol.csv", [{k: v for k, v in r.items() if k != "k_w"} for r in rows])

@@ -12,7 +12,8 @@ come from Intel's repository intel/npu-nn-cost-model (folder models/) and are sh
 NOTICE); `paths.find_model_dir` picks the folder ($VPUNAS_VPUNN_DIR or an explicit folder override it).
 """
 from .devices import DEVICES, DeviceConfig, device_config
-from .dma import DMAWorkload, DmaModel, dma_workload_from_row, theoretical_dma_cycles
+from .dma import (DMAWorkload, DMAWorkloadNPU40_50, DmaModel, dma_npu40_50_workload_from_row, dma_workload_from_row,
+                  theoretical_dma_cycles)
 from .dpu import DpuModel
 from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, ISIStrategy, Layout, Operation,
                     Swizzling, VPUDevice, VPUTilingStrategy)
@@ -24,10 +25,11 @@ from .reader import VpunnNetwork, parse_model_name, read_vpunn
 from .workload import DPUWorkload, workload_from_row
 
 __all__ = [
-    "ActivationFunction", "COST_MODEL_OPTIONS", "DEVICES", "DEVICE_MODELS", "DMADirection", "DMAWorkload", "DPUWorkload", "DataType",
-    "DeviceConfig", "DmaModel", "DpuModel", "ENV_VAR", "ERROR_CODES", "ExecutionMode", "ISIStrategy", "LayerCost",
-    "LayerModel", "LayerRequest", "LayerResult", "Layout", "NetworkCost", "Operation", "Swizzling", "TileResult",
-    "VPUDevice", "VPUTilingStrategy", "VpunnCostModel", "VpunnError", "VpunnNetwork", "device_config",
-    "dma_workload_from_row", "dpu_layer", "error_name", "find_model_dir", "is_error", "load_vpunn_cost_model",
-    "parse_model_name", "read_vpunn", "resolve_model_file", "theoretical_dma_cycles", "workload_from_row",
+    "ActivationFunction", "COST_MODEL_OPTIONS", "DataType", "device_config", "DEVICE_MODELS", "DeviceConfig",
+    "DEVICES", "dma_npu40_50_workload_from_row", "dma_workload_from_row", "DMADirection", "DmaModel", "DMAWorkload",
+    "DMAWorkloadNPU40_50", "dpu_layer", "DpuModel", "DPUWorkload", "ENV_VAR", "ERROR_CODES", "error_name",
+    "ExecutionMode", "find_model_dir", "is_error", "ISIStrategy", "LayerCost", "LayerModel", "LayerRequest",
+    "LayerResult", "Layout", "load_vpunn_cost_model", "NetworkCost", "Operation", "parse_model_name", "read_vpunn",
+    "resolve_model_file", "Swizzling", "theoretical_dma_cycles", "TileResult", "VPUDevice", "VpunnCostModel",
+    "VpunnError", "VpunnNetwork", "VPUTilingStrategy", "workload_from_row",
 ]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from .enums import ExecutionMode, VPUDevice
 from .errors import VpunnError
 
-__all__ = ["DeviceConfig", "DEVICES", "device_config"]
+__all__ = ["DeviceConfig", "DEVICES", "LEGACY_DMA_OVERRIDES", "device_config"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,15 @@ DEVICES: dict[VPUDevice, DeviceConfig] = {
         cmx_latency_cycles=56,  # 32 CMX cycles at 1114 MHz, in DPU cycles
         cmx_bytes=1536 * 1024, owt_options=(1, 2, 3, 4, 5, 6, 7, 8),
         execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
+}
+
+#: The runtime's legacy constant set where it differs from the main one (npu45-notes §6). Only the theoretical DMA
+#: of VPU_4_0 uses it (the runtime forces the legacy DMA formula and set on generation 4); the DMA NN
+#: post-processing, the theoretical DPU cycles and the newer DMA formula of NPU_5_0 use the main set above.
+LEGACY_DMA_OVERRIDES: dict[VPUDevice, dict[str, int]] = {
+    VPUDevice.VPU_4_0: dict(cmx_mhz=975, dram_mbps=45000,
+                            dram_latency_cycles=1625,  # 956 ns at 1700 MHz
+                            cmx_latency_cycles=27),  # 16 CMX cycles at 975 MHz, in DPU cycles
 }
 
 
