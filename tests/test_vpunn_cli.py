@@ -118,8 +118,8 @@ def test_bad_tables_name_the_problem(tmp_path):
     with pytest.raises(CostModelError, match="empty file"):
         run("vpunn", "dma", "dma_2_7.vpunn", str(empty), "-o", str(tmp_path / "o.csv"))
     layers = read(VECTORS / "vpunn_layer.csv")[:2]
-    layers[0]["strategy"] = "SOW"
-    with pytest.raises(CostModelError, match="layer_id=.*column strategy: unknown strategy 'SOW'.*AUTO_MIN"):
+    layers[0]["strategy"] = "SOX"
+    with pytest.raises(CostModelError, match="layer_id=.*column strategy: unknown strategy 'SOX'.*AUTO_MIN"):
         run("vpunn", "layer", "vpu_2_7.vpunn", str(write(tmp_path / "l.csv", layers)), "-o", str(tmp_path / "o.csv"))
     with pytest.raises(CostModelError, match="input table not found"):
         run("vpunn", "dma", "dma_2_7.vpunn", str(tmp_path / "missing.csv"), "-o", str(tmp_path / "o.csv"))

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .dma import DMA_COLUMNS, DmaModel, dma_workload_from_row
+from .dma import DmaModel
 from .descriptors import first_unencodable
 from .dpu import DpuModel, UnencodableWorkload
 from .enums import ActivationFunction, DataType, Layout, Operation, VPUDevice, VPUTilingStrategy, parse_enum
@@ -34,7 +34,9 @@ LAYER_COLUMNS = ("layer_id", "device", "operation", "in_w", "in_h", "in_c", "out
                  "activation", "n_tiles", "n_dpu", "strategy")
 #: strategy names of the layer table
 STRATEGY_NAMES = {"NONE": VPUTilingStrategy.NONE, "SOHO": VPUTilingStrategy.SOH_Overlapped,
-                  "SOK": VPUTilingStrategy.SOK, "AUTO_MIN": VPUTilingStrategy.AUTO_MIN}
+                  "SOK": VPUTilingStrategy.SOK, "SOW": VPUTilingStrategy.SOW, "SOHW": VPUTilingStrategy.SOHW,
+                  "SOHK": VPUTilingStrategy.SOHK, "SOHO_K_SWITCH": VPUTilingStrategy.SOHO_K_SWITCH,
+                  "AUTO_MIN": VPUTilingStrategy.AUTO_MIN}
 _DETAIL_COLUMNS = ("n_tiles_computed", "tile_cycles", "tile_n_workloads", "tile_exec_modes", "tile_out_shapes",
                    "wl_shapes_tile0")
 
@@ -82,6 +84,17 @@ def _where(path, i: int, row: dict, id_column: str) -> str:
     return f"{Path(path).name} row {i + 2} ({id_column}={row.get(id_column, '?')}): "
 
 
+def _rows_of(device: str | None, rows: list[dict], in_csv) -> list[dict]:
+    """The rows of one device (all rows when `device` is None)."""
+    if device is None:
+        return rows
+    keep = parse_enum(VPUDevice, device, "--device").name
+    rows = [r for r in rows if r.get("device", "").strip() == keep]
+    if not rows:
+        raise VpunnError(f"{in_csv}: no rows for device {keep}")
+    return rows
+
+
 def dpu_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None = None) -> int:
     """Cost every workload row of `in_csv` with a DPU model file; write `id,cycles,error`. Returns the row count.
 
@@ -89,11 +102,7 @@ def dpu_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None
     """
     model = DpuModel(read_model_cached(resolve_model_file(model_file, model_dir)))
     rows = read_table(in_csv, ("id",) + WORKLOAD_COLUMNS)
-    if device is not None:
-        keep = parse_enum(VPUDevice, device, "--device").name
-        rows = [r for r in rows if r["device"].strip() == keep]
-        if not rows:
-            raise VpunnError(f"{in_csv}: no rows for device {keep}")
+    rows = _rows_of(device, rows, in_csv)
     workloads = [workload_from_row(r, _where(in_csv, i, r, "id")) for i, r in enumerate(rows)]
     try:
         cycles = model.cost(workloads_to_matrix(workloads))
@@ -165,11 +174,7 @@ def layer_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | No
     dpu = DpuModel(read_model_cached(resolve_model_file(model_file, model_dir)))
     dma = DmaModel(read_model_cached(resolve_model_file(dma_model, model_dir))) if dma_model else None
     rows = read_table(in_csv, LAYER_COLUMNS)
-    if device is not None:
-        keep = parse_enum(VPUDevice, device, "--device").name
-        rows = [r for r in rows if r["device"].strip() == keep]
-        if not rows:
-            raise VpunnError(f"{in_csv}: no rows for device {keep}")
+    rows = _rows_of(device, rows, in_csv)
     flags = dict(prefetching=prefetching, input_in_ddr=input_in_ddr, output_in_ddr=output_in_ddr)
     requests = [_layer_request(r, _where(in_csv, i, r, "layer_id"), flags) for i, r in enumerate(rows)]
     for dev in dict.fromkeys(req.layer.device for req in requests):  # a device the interface cannot express
@@ -187,11 +192,13 @@ def layer_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | No
     return len(rows)
 
 
-def dma_table(model_file, in_csv, out_csv, *, model_dir=None) -> int:
-    """Cost every DMA transfer row of `in_csv` with a DMA model file; write `id,cycles,error`."""
+def dma_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None = None) -> int:
+    """Cost every DMA transfer row of `in_csv` with a DMA model file; write `id,cycles,error`. The rows have the
+    columns of the file's workload type: `vpunn_dma.csv`'s for dma_2_7, `npu45_dma.csv`'s for dma_4_0 and
+    dmann_5_0. `device` keeps only that device's rows."""
     model = DmaModel(read_model_cached(resolve_model_file(model_file, model_dir)))
-    rows = read_table(in_csv, ("id",) + DMA_COLUMNS)
-    workloads = [dma_workload_from_row(r, _where(in_csv, i, r, "id")) for i, r in enumerate(rows)]
+    rows = _rows_of(device, read_table(in_csv, ("id",) + model.columns), in_csv)  # the file's workload type
+    workloads = [model.workload_from_row(r, _where(in_csv, i, r, "id")) for i, r in enumerate(rows)]
     cycles = model.cost(workloads)
     write_table(out_csv, ("id", "cycles", "error"),
                 ((r["id"], int(c), error_name(c)) for r, c in zip(rows, np.asarray(cycles))))
