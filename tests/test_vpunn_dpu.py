@@ -174,7 +174,7 @@ def test_out_of_range_output_falls_back_to_theoretical(value):
 def test_error_codes_for_invalid_workloads():
     model = DpuModel(_ConstantNet(100.0, 11))
     cases = {
-        "ERROR_INVALID_INPUT_DEVICE": _conv(device=VPUDevice.VPU_4_0),
+        "ERROR_INVALID_INPUT_DEVICE": _conv(device=VPUDevice.NPU_RESERVED),
         "ERROR_INVALID_INPUT_CONFIGURATION": _conv(out_c=24),
         "ERROR_INPUT_TOO_BIG": _conv(in_w=512, in_h=512, in_c=64, out_w=512, out_h=512, out_c=64),
     }

@@ -2,7 +2,8 @@
 
 One call costs any number of workloads: sanitize and validate all rows, expand dual-sparsity and >64-channel
 extrapolation rows into their NN queries, encode every query, run the NN once on the distinct descriptors
-(float32, `x @ W.T + b`), then post-process and fold the expansions back (vpunn-reference.md §3.0, §4.1).
+(float32, `x @ W.T + b`), then post-process and fold the expansions back (vpunn-reference.md §3.0, §4.1;
+VPU 4.0 / NPU 5.0: npu45-notes §2-3).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from .descriptors import DESCRIPTOR_SIZES, encode, first_unencodable
-from .enums import Operation, int_codes
+from .enums import DTYPE_BITS, Operation, VPUDevice, int_codes
 from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
 from .reader import VpunnNetwork, read_vpunn
 from .sanitizer import check, sanitize
@@ -23,10 +24,18 @@ from .workload import F, DPUWorkload, workloads_to_matrix
 __all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_to_cycles"]
 
 _OP = int_codes(Operation)
+_DEV = int_codes(VPUDevice)
 
-#: output interface version of the DPU files: the NN value is the cycle count
-CYCLES_OUTPUT_VERSION = 2
+#: output interface versions of the DPU files, all cycle counts: 2 and 5 pass the NN value through, 4 scales
+#: DW_CONVOLUTION on VPU 4.0 and later (a 2.7-trained network adapted to 4.0, npu45-notes §3)
+OUTPUT_VERSIONS = (2, 4, 5)
 _MAX_NN_CYCLES = 4e9
+# output version 4: DW_CONVOLUTION factors [context row, 16 / 32 / 64 input channels], for 8-bit and wider inputs
+_DW_FACTORS_8BIT = np.array([[1.0, 0.8, 0.75], [0.5, 0.44, 0.69], [0.81, 0.75, 0.75], [0.69, 0.68, 0.73],
+                             [0.60, 0.60, 0.65]], dtype=np.float32)
+_DW_FACTORS_WIDE = np.array([[1.0, 1.0, 1.0], [0.48, 0.47, 0.71], [0.76, 0.74, 0.77], [0.69, 0.69, 0.73],
+                             [0.60, 0.60, 0.65]], dtype=np.float32)
+_BITS = np.array(DTYPE_BITS)
 
 
 class UnencodableWorkload(VpunnError):
@@ -65,10 +74,30 @@ class LruCache:
 
 
 def nn_to_cycles(values: np.ndarray) -> np.ndarray:
-    """Output interface 2: ceil of the NN value, or ERROR_INVALID_OUTPUT_RANGE outside [0, 4e9]."""
+    """Output interfaces 2, 4 and 5: ceil of the (post-processed) NN value, or ERROR_INVALID_OUTPUT_RANGE outside
+    [0, 4e9]."""
     values = np.asarray(values, dtype=np.float32)
     ok = (values >= 0) & (values <= _MAX_NN_CYCLES)
     return np.where(ok, np.ceil(np.where(ok, values, 0)).astype(np.int64), ERROR_INVALID_OUTPUT_RANGE)
+
+
+def dw_factor(queries: np.ndarray) -> np.ndarray:
+    """Output interface 4's float32 factor per sanitized workload: 1 except DW_CONVOLUTION on VPU 4.0 and later
+    with 16, 32 or 64 input channels (npu45-notes §3)."""
+    a = np.asarray(queries, dtype=np.int64)
+    kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
+    row = np.select([(sw == 1) & (sh == 1) & (kw == 3), (sw == 1) & (sh == 1) & ((kw == 1) | (kh == 1)),
+                     (sw == 1) & (sh == 1), (sw == 2) | (sh == 2)], [1, 0, 2, 3], 4)
+    channel = np.select([a[:, F.in_c] == c for c in (16, 32, 64)], [0, 1, 2], -1)
+    wide = _BITS[np.clip(a[:, F.in_dtype], 0, len(_BITS) - 1)] > 8
+    factor = np.where(wide, _DW_FACTORS_WIDE[row, channel], _DW_FACTORS_8BIT[row, channel])
+    scaled = (a[:, F.device] >= _DEV.VPU_4_0) & (a[:, F.operation] == _OP.DW_CONVOLUTION) & (channel >= 0)
+    return np.where(scaled, factor, np.float32(1))
+
+
+def _fallback_cycles(sv: np.ndarray) -> np.ndarray:
+    """The theoretical cycles `DPU()` returns for an NN error: the runtime's uint64 value cut to its uint32 result."""
+    return theoretical_cycles(sv) & 0xFFFFFFFF
 
 
 _FINGERPRINT = np.random.default_rng(20260311).random((128, 2)).astype(np.float32)
@@ -88,7 +117,8 @@ def _distinct_rows(d: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
 
 
 class DpuModel:
-    """A `.vpunn` DPU model (input interface 10 or 11, output interface 2), run like `VPUCostModel::DPU`.
+    """A `.vpunn` DPU model (input interface 10, 11, 4011 or 5114; output interface 2, 4 or 5), run like
+    `VPUCostModel::DPU`.
 
     Args:
         model: path of the file, or an already parsed `VpunnNetwork`.
@@ -105,9 +135,9 @@ class DpuModel:
             raise VpunnError(f"{net.source}: DPU descriptor interface {net.input_version} (model name "
                              f"{net.name!r}) is not implemented; implemented: "
                              + ", ".join(map(str, DESCRIPTOR_SIZES)))
-        if net.output_version != CYCLES_OUTPUT_VERSION:
+        if net.output_version not in OUTPUT_VERSIONS:
             raise VpunnError(f"{net.source}: DPU output interface {net.output_version} (model name {net.name!r}) "
-                             f"is not implemented; implemented: {CYCLES_OUTPUT_VERSION} (cycles)")
+                             f"is not implemented; implemented: {', '.join(map(str, OUTPUT_VERSIONS))} (cycles)")
         if net.input_size != DESCRIPTOR_SIZES[net.input_version]:
             raise VpunnError(f"{net.source}: the network takes {net.input_size} inputs but interface "
                              f"{net.input_version} has {DESCRIPTOR_SIZES[net.input_version]}")
@@ -160,7 +190,11 @@ class DpuModel:
     def _query_cycles(self, queries: np.ndarray) -> np.ndarray:
         if len(queries) == 0:
             return np.zeros(0, np.int64)
-        return nn_to_cycles(self.nn_values(encode(queries, self.version)))
+        values = self.nn_values(encode(queries, self.version))
+        if self.network.output_version == 4:
+            in_range = (values >= 0) & (values <= _MAX_NN_CYCLES)
+            values = np.where(in_range, values * dw_factor(queries), values)
+        return nn_to_cycles(values)
 
     def cost(self, workloads: Iterable[DPUWorkload] | np.ndarray) -> np.ndarray:
         """Cycles per workload (int64 holding the runtime's uint32: an error code where invalid).
@@ -214,7 +248,7 @@ class DpuModel:
         need[dual] = bad(c_a) | bad(c_b)
         need[extra] = bad(c32) | bad(c64)
         if need.any():
-            theo[need] = theoretical_cycles(sv[need])
+            theo[need] = _fallback_cycles(sv[need])
         out = np.empty(len(sv), dtype=np.int64)
         out[plain] = np.where(bad(c_plain), theo[plain], c_plain)
         # each dual-sparsity clone is a DPU() call of its own, fallback included; theory ignores sparsity
@@ -223,7 +257,7 @@ class DpuModel:
         extrapolated = self._extrapolate(sv[extra, F.out_c], c32, c64, theo[extra])
         if (extrapolated < 0).any():  # a negative extrapolation: the theoretical cycles, as for an NN error
             neg = np.nonzero(extra)[0][extrapolated < 0]
-            extrapolated[extrapolated < 0] = theoretical_cycles(sv[neg])
+            extrapolated[extrapolated < 0] = _fallback_cycles(sv[neg])
         out[extra] = extrapolated
         return out
 

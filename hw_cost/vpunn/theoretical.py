@@ -1,4 +1,4 @@
-"""Theoretical DPU cycles ("hw_theoretical_cycles", vpunn-reference.md §4.3), vectorised.
+"""Theoretical DPU cycles ("hw_theoretical_cycles", vpunn-reference.md §4.3, npu45-notes §7), vectorised.
 
 The runtime falls back to these when the NN output is out of range, and uses them when no NN is loaded.
 """
@@ -16,67 +16,80 @@ __all__ = ["theoretical_cycles", "padding_taps"]
 _DTYPE = int_codes(DataType)
 _MODE = int_codes(ExecutionMode)
 _OP = int_codes(Operation)
-_DEV = int_codes(VPUDevice)
 
-def _pad_loss(pad, s):
-    """Taps of one border pad over the output positions that reach it: sum over i of max(0, pad - i*s)."""
-    i = np.arange(8)[None, :]
-    return np.clip(pad[:, None] - i * s[:, None], 0, None).sum(axis=1)
+def _zeros(first, step, k):
+    """Zero taps of one border: first + (first - step) + ... while positive (k: the step numbers 0, 1, ...)."""
+    return np.clip(first[:, None] - k * step[:, None], 0, None).sum(axis=1)
+
+
+def _corner(v_first, v_step, h_first, h_step, k):
+    """Taps counted twice at one corner: sum of (v - k*v_step) * (h - k*h_step) while both stay positive."""
+    v = v_first[:, None] - k * v_step[:, None]
+    h = h_first[:, None] - k * h_step[:, None]
+    return np.where((v > 0) & (h > 0), v * h, 0).sum(axis=1)
 
 
 def padding_taps(a: np.ndarray) -> np.ndarray:
-    """Kernel taps that read zero padding, summed over the output plane, as the runtime counts them.
+    """Kernel taps that read zero padding, summed over the output plane, as the runtime estimates them.
 
-    This is the runtime's closed form, not an exact count (fitted to and checked on the reference vectors):
-    each border loses `_pad_loss(pad)` taps per position along the other axis, over ceil(in/stride) positions;
-    a bottom/right pad only counts as far as the last window overhangs the input (for the right border the
-    overhang is measured with min(top, bottom) as the left offset); corners are removed once per vertical
-    border that has padding, as (effective horizontal pad) x (horizontal pad loss).
+    Each border's zero count (the pad, minus one stride per output row/column, while positive) is multiplied by
+    the kernel extent along the border and by ceil(in / stride) positions; a bottom/right pad first loses
+    `in % stride`. The four corners, counted by both borders, are subtracted once.
     """
     kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
-    pt, pb, pl, pr = a[:, F.pad_top], a[:, F.pad_bottom], a[:, F.pad_left], a[:, F.pad_right]
-    m_h, m_w = -(-a[:, F.in_h] // sh), -(-a[:, F.in_w] // sw)
-    over_h = (a[:, F.out_h] - 1) * sh + kh - pt - a[:, F.in_h]
-    over_w = (a[:, F.out_w] - 1) * sw + kw - np.minimum(pt, pb) - a[:, F.in_w]
-    pb_eff, pr_eff = np.clip(over_h, 0, pb), np.clip(over_w, 0, pr)
-    loss_h = _pad_loss(pt, sh) + _pad_loss(pb_eff, sh)
-    loss_l, loss_r = _pad_loss(pl, sw), _pad_loss(pr_eff, sw)
-    corners = ((pt > 0).astype(np.int64) + (pb > 0)) * (pl * loss_l + pr_eff * loss_r)
-    return loss_h * kw * m_w + (loss_l + loss_r) * kh * m_h - corners
+    pt, pl = a[:, F.pad_top], a[:, F.pad_left]
+    pb, pr = a[:, F.pad_bottom] - a[:, F.in_h] % sh, a[:, F.pad_right] - a[:, F.in_w] % sw
+    cols, rows = -(-a[:, F.in_w] // sw), -(-a[:, F.in_h] // sh)
+    k = np.arange(max(1, int(a[:, [F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]].max(initial=0)) + 1))[None, :]
+    vertical = (_zeros(pt, sh, k) + _zeros(pb, sh, k)) * kw * cols
+    horizontal = (_zeros(pl, sw, k) + _zeros(pr, sw, k)) * kh * rows
+    corners = sum(_corner(v, sh, h, sw, k) for v in (pt, pb) for h in (pl, pr))
+    return vertical + horizontal - corners
 
 
 _CMX_GRID = {_MODE.CUBOID_4x16: (8, 8, 256), _MODE.CUBOID_8x16: (16, 8, 128),
              _MODE.CUBOID_16x16: (16, 16, 64)}
 
 
+# device constants indexed by device code; a device without constants gets VPU 2.0's
+_CONFIGS = [DEVICES.get(d, DEVICES[VPUDevice.VPU_2_0]) for d in VPUDevice]
+_PPE, _MACS, _ICPM, _FP_RATIO, _PORT_BYTES = (
+    np.array([getter(c) for c in _CONFIGS], dtype=np.int64)
+    for getter in (lambda c: c.ppe_lanes, lambda c: c.macs_per_dpu, lambda c: c.input_channels_per_mac,
+                   lambda c: c.fp16_ratio, lambda c: c.cmx_word_bytes * c.cmx_read_ports))
+_CMX_RATIO = np.array([c.cmx_mhz / c.dpu_mhz for c in _CONFIGS])
+#: devices whose theoretical cycles are bounded by the CMX reads
+_CMX_BOUND = [d for d in DEVICES if d != VPUDevice.VPU_2_0]
+_FLOAT_INPUTS = (_DTYPE.FLOAT16, _DTYPE.BFLOAT16, _DTYPE.FLOAT32)
+
+
 def theoretical_cycles(m: np.ndarray) -> np.ndarray:
-    """Theoretical cycles of sanitized workloads, int64."""
+    """Theoretical cycles of sanitized workloads, int64.
+
+    The runtime computes in unsigned 64-bit: a padding-skip count larger than the MAC count wraps around before
+    the ceil division (npu45-notes §7), which is reproduced here.
+    """
     a = np.asfortranarray(m, dtype=np.int64)
-    dev, op = a[:, F.device], a[:, F.operation]
-    v27 = dev == _DEV.VPU_2_7
-    cfg20, cfg27 = DEVICES[VPUDevice.VPU_2_0], DEVICES[VPUDevice.VPU_2_7]
-    pick = lambda attr: np.where(v27, getattr(cfg27, attr), getattr(cfg20, attr))  # noqa: E731
+    dev, op = np.clip(a[:, F.device], 0, len(VPUDevice) - 1), a[:, F.operation]
     kk = a[:, F.k_w] * a[:, F.k_h]
     base = kk * a[:, F.out_w] * a[:, F.out_h] * a[:, F.out_c] * a[:, F.out_b]
-    lanes = pick("ppe_lanes") // np.where(a[:, F.output_write_tiles] > 1, 2, 1)
+    lanes = _PPE[dev] // np.where(a[:, F.output_write_tiles] > 1, 2, 1)
     in_elems = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
-    is_elt = op == _OP.ELTWISE
-    base = np.where(is_elt, -(-in_elems // lanes), base)
+    base = np.where(op == _OP.ELTWISE, -(-in_elems // lanes), base)
     conv = (op == _OP.CONVOLUTION) | (op == _OP.CM_CONVOLUTION)
     base = np.where(conv, base * a[:, F.in_c] - padding_taps(a) * a[:, F.in_c] * a[:, F.out_c], base)
-    macs = np.where(conv, pick("macs_per_dpu"), pick("macs_per_dpu") // pick("input_channels_per_mac"))
-    cycles = -(-base // macs)
-    fp = (a[:, F.in_dtype] == _DTYPE.FLOAT16) | (a[:, F.in_dtype] == _DTYPE.BFLOAT16)
-    cycles = np.where(fp, cycles * pick("fp16_ratio"), cycles)
-    if v27.any():
+    macs = np.where(conv, _MACS[dev], _MACS[dev] // _ICPM[dev]).astype(np.uint64)
+    cycles = (base.astype(np.uint64) + (macs - np.uint64(1))) // macs  # C's unsigned (a + b - 1) / b
+    fp = np.isin(a[:, F.in_dtype], _FLOAT_INPUTS)
+    cycles = np.where(fp, cycles * _FP_RATIO[dev].astype(np.uint64), cycles).astype(np.int64)
+    cmx_bound = np.isin(a[:, F.device], _CMX_BOUND)
+    if cmx_bound.any():
         mode = a[:, F.execution_mode]
         gx, gy, gz = (np.select([mode == k for k in _CMX_GRID], [g[i] for g in _CMX_GRID.values()], 1)
                       for i in range(3))  # a non-cuboid mode reads with a 1x1x1 grid
         per = a[:, F.in_c] * kk * dtype_bytes(a[:, F.in_dtype])
         act = -(-a[:, F.out_c] // gz) * a[:, F.out_h] * a[:, F.out_w] * per
         wt = -(-a[:, F.out_h] // gy) * -(-a[:, F.out_w] // gx) * a[:, F.out_c] * per
-        ratio = cfg27.cmx_mhz / cfg27.dpu_mhz
-        port_bytes = cfg27.cmx_word_bytes * cfg27.cmx_read_ports
-        reads = np.ceil((act + wt) / port_bytes * ratio).astype(np.int64)
-        cycles = np.where(v27, np.maximum(cycles, reads), cycles)
+        reads = np.ceil((act + wt) / _PORT_BYTES[dev] * _CMX_RATIO[dev]).astype(np.int64)
+        cycles = np.where(cmx_bound, np.maximum(cycles, reads), cycles)
     return cycles

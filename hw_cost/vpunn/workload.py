@@ -1,8 +1,13 @@
 """DPU workloads: one `DPUWorkload`, and the float64 matrix (one row per workload) the batched code works on.
 
-A workload has every field of the reference vectors (`vpunn_dpu.csv`); fields not listed there stay at the
-library defaults (no halo, no SEP, weights dtype = input dtype). The matrix adds the output *memory* tensor
-(W, H, C), which only the layer model sets differently from the output (SOK broadcast, see layer.py).
+A workload has every field of the reference vectors (`vpunn_dpu.csv`, and the optional fields of the 4.0 / 5.0
+vectors `npu45_dpu.csv`); fields not listed there stay at the library defaults (no halo, no SEP). The matrix adds
+the output *memory* tensor (W, H, C), which only the layer model sets differently from the output (SOK broadcast,
+see layer.py).
+
+Optional fields are matrix columns too: `weight_type` is -1 when not set (weights dtype = input dtype);
+`in_place_output` and `weightless` are -1 when not set (the runtime then derives them from the layouts and dtypes,
+npu45-notes §4.2), else 0/1; `superdense`, `input_autopad` and `output_autopad` are 0/1 (not set = 0).
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ from .enums import (ActivationFunction, DataType, ExecutionMode, ISIStrategy, La
                     VPUDevice, parse_enum)
 from .errors import VpunnError
 
-__all__ = ["DPUWorkload", "F", "FIELDS", "WORKLOAD_COLUMNS", "workloads_to_matrix", "workload_from_row"]
+__all__ = ["DPUWorkload", "F", "FIELDS", "WORKLOAD_COLUMNS", "OPTIONAL_COLUMNS", "UNSET", "workloads_to_matrix",
+           "workload_from_row"]
 
 
 @dataclass(frozen=True)
@@ -60,12 +66,20 @@ class DPUWorkload:
     out_swizzling0: Swizzling = Swizzling.KEY_5
     output_write_tiles: int = 1
     isi_strategy: ISIStrategy = ISIStrategy.CLUSTERING
+    weight_type: DataType | None = None
+    superdense: bool = False
+    in_place_output: bool | None = None
+    weightless: bool | None = None
+    input_autopad: bool = False
+    output_autopad: bool = False
     out_mem: tuple[int, int, int] | None = None
 
     def row(self) -> tuple:
         """The workload as one row of the workload matrix (column order `FIELDS`)."""
         mem = self.out_mem or (self.out_w, self.out_h, self.out_c)
-        return tuple(float(getattr(self, name)) for name in WORKLOAD_COLUMNS) + tuple(float(v) for v in mem)
+        optional = tuple(UNSET if getattr(self, name) is None else float(getattr(self, name))
+                         for name in OPTIONAL_COLUMNS)
+        return tuple(float(getattr(self, name)) for name in WORKLOAD_COLUMNS) + optional + tuple(map(float, mem))
 
 
 #: the workload columns of vpunn_dpu.csv, in the matrix order
@@ -76,7 +90,11 @@ WORKLOAD_COLUMNS = (
     "weight_sparsity_enabled", "in_swizzling0", "in_swizzling1", "out_swizzling0", "output_write_tiles",
     "isi_strategy",
 )
-FIELDS = WORKLOAD_COLUMNS + ("mem_w", "mem_h", "mem_c")
+#: optional columns (npu45_dpu.csv): an empty or missing cell is "not set"
+OPTIONAL_COLUMNS = ("weight_type", "superdense", "in_place_output", "weightless", "input_autopad", "output_autopad")
+FIELDS = WORKLOAD_COLUMNS + OPTIONAL_COLUMNS + ("mem_w", "mem_h", "mem_c")
+#: matrix value of an optional field that is not set
+UNSET = -1.0
 
 
 class F:
@@ -90,8 +108,10 @@ _ENUM_FIELDS: dict[str, type[IntEnum]] = {
     "device": VPUDevice, "operation": Operation, "in_dtype": DataType, "out_dtype": DataType, "in_layout": Layout,
     "out_layout": Layout, "execution_mode": ExecutionMode, "activation": ActivationFunction,
     "in_swizzling0": Swizzling, "in_swizzling1": Swizzling, "out_swizzling0": Swizzling, "isi_strategy": ISIStrategy,
+    "weight_type": DataType,
 }
 _FLOAT_FIELDS = ("act_sparsity", "weight_sparsity")
+_FLAG_FIELDS = ("in_sparsity_enabled", "weight_sparsity_enabled") + OPTIONAL_COLUMNS[1:]
 
 
 def workloads_to_matrix(workloads: Iterable[DPUWorkload] | np.ndarray) -> np.ndarray:
@@ -106,23 +126,26 @@ def workloads_to_matrix(workloads: Iterable[DPUWorkload] | np.ndarray) -> np.nda
 
 
 def workload_from_row(row: dict, where: str = "") -> DPUWorkload:
-    """A workload from one CSV row (the columns of vpunn_dpu.csv; other keys are ignored).
+    """A workload from one CSV row (the columns of vpunn_dpu.csv, optionally those of `OPTIONAL_COLUMNS`; other
+    keys are ignored). An optional column that is missing or empty is "not set".
 
     Enum cells hold C++ names (VPU_2_7, CONVOLUTION, UINT8, ...); 0/1 flags may also be true/false.
     Raises VpunnError naming the row and column of a bad value.
     """
     values = {}
-    for name in WORKLOAD_COLUMNS:
+    for name in WORKLOAD_COLUMNS + OPTIONAL_COLUMNS:
         cell = row.get(name)
-        if cell is None:
+        if cell is None and name not in OPTIONAL_COLUMNS:
             raise VpunnError(f"{where}missing column {name!r}")
-        cell = cell.strip()
+        cell = (cell or "").strip()
+        if not cell and name in OPTIONAL_COLUMNS:
+            continue
         try:
             if name in _ENUM_FIELDS:
                 values[name] = parse_enum(_ENUM_FIELDS[name], cell)
             elif name in _FLOAT_FIELDS:
                 values[name] = float(cell)
-            elif name in ("in_sparsity_enabled", "weight_sparsity_enabled"):
+            elif name in _FLAG_FIELDS:
                 values[name] = _flag(cell)
             else:
                 values[name] = _integer(cell)
