@@ -1,9 +1,10 @@
 """The layer model (`VPULayerCostModel::Layer`): a whole layer split over tiles, then into DPU workloads per tile.
 
-vpunn-reference.md §6. One `LayerModel.cost` call costs any number of (layer, strategy) requests in three
-passes: plan every tile and every candidate split in Python, cost all distinct workloads in one batched
-`DpuModel.cost`, then reduce (list schedule per split, best split per tile, slowest tile per layer, DMA terms,
-best strategy). Tile results are cached by the tile's exact description, so a warm network costs nearly nothing.
+vpunn-reference.md §6; the VPU 4.0 / NPU 5.0 specifics (more strategies, modes, broadcast) are npu45-notes §9.
+One `LayerModel.cost` call costs any number of (layer, strategy) requests in three passes: plan every tile and
+every candidate split in Python, cost all distinct workloads in one batched `DpuModel.cost`, then reduce (list
+schedule per split, best split per tile, slowest tile per layer, DMA terms, best strategy). Tile results are cached
+by the tile's exact description, so a warm network costs nearly nothing.
 """
 from __future__ import annotations
 
@@ -14,24 +15,46 @@ from typing import Sequence
 import numpy as np
 
 from .devices import DeviceConfig, device_config
-from .dma import DmaModel, dma_1d, theoretical_dma_cycles
+from .dma import DmaModel, theoretical_dma_cycles
 from .dpu import DpuModel
 from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, ISIStrategy, Layout, Operation,
                     Swizzling, VPUDevice, VPUTilingStrategy)
 from .errors import ERROR_TILE_OUTPUT, error_name, is_error
-from .sanitizer import check, dtype_bytes, layer_fixups, weight_mask_bytes
+from .sanitizer import check, dtype_bytes, layer_fixups, weights_bytes
 from .workload import F, DPUWorkload, workloads_to_matrix
 
-__all__ = ["LayerModel", "LayerRequest", "LayerResult", "TileResult", "dpu_layer", "STRATEGIES"]
+__all__ = ["LayerModel", "LayerRequest", "LayerResult", "TileResult", "dpu_layer", "STRATEGIES",
+           "tiling_strategies"]
 
-#: the strategies AUTO_MIN takes the minimum over, in the runtime's order
-STRATEGIES = (VPUTilingStrategy.NONE, VPUTilingStrategy.SOH_Overlapped, VPUTilingStrategy.SOK)
-_MODES_27 = {Operation.CONVOLUTION: (ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16),
-             Operation.ELTWISE: (ExecutionMode.CUBOID_8x16,)}
+_T = VPUTilingStrategy
+_STRATEGIES_2X = (_T.NONE, _T.SOH_Overlapped, _T.SOK)
+#: per device, the strategies AUTO_MIN takes the minimum over, in the runtime's order (SOHW and SOHK are listed
+#: from 4.0 on but not implemented: they always end in ERROR_TILE_OUTPUT)
+STRATEGIES: dict[VPUDevice, tuple[VPUTilingStrategy, ...]] = {
+    VPUDevice.VPU_2_0: _STRATEGIES_2X, VPUDevice.VPU_2_7: _STRATEGIES_2X,
+    VPUDevice.VPU_4_0: _STRATEGIES_2X + (_T.SOW, _T.SOHW, _T.SOHK, _T.SOHO_K_SWITCH),
+    VPUDevice.NPU_5_0: _STRATEGIES_2X + (_T.SOW, _T.SOHW, _T.SOHK, _T.SOHO_K_SWITCH),
+}
+_ALL_MODES = (ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)
+_ONLY_16, _ONLY_8 = (ExecutionMode.CUBOID_16x16,), (ExecutionMode.CUBOID_8x16,)
+# candidate MPE modes of the cuboid devices per operation; an operation not listed tries all three
+_MODES_27 = {Operation.CM_CONVOLUTION: _ONLY_16, Operation.DW_CONVOLUTION: _ONLY_16, Operation.AVEPOOL: _ONLY_16,
+             Operation.MAXPOOL: _ONLY_16, Operation.ELTWISE: _ONLY_8}
+_MODES = {VPUDevice.VPU_2_7: _MODES_27, VPUDevice.VPU_4_0: _MODES_27,
+          VPUDevice.NPU_5_0: {**{op: m for op, m in _MODES_27.items() if op != Operation.CM_CONVOLUTION},
+                              Operation.ELTWISE_MUL: _ONLY_8}}
+# operations costed as one workload per tile when nDPU = 1
+_NO_Z_SPLIT = (Operation.CONVOLUTION, Operation.ELTWISE, Operation.CM_CONVOLUTION, Operation.LAYER_NORM,
+               Operation.ELTWISE_MUL)
 _HW_GRID = {ExecutionMode.VECTOR: (16, 1), ExecutionMode.VECTOR_FP16: (4, 1)}  # others 4x4
 _Z_SIZES = (16, 32, 48, 64, 80, 128, 144)
 _DW_LIKE = (Operation.DW_CONVOLUTION, Operation.MAXPOOL, Operation.AVEPOOL)
 _FP16 = (DataType.FLOAT16, DataType.BFLOAT16)
+
+
+def tiling_strategies(device) -> tuple[VPUTilingStrategy, ...]:
+    """The strategies `Layer(layer, nDPU, nTiles)` (AUTO_MIN) tries on a device."""
+    return STRATEGIES[device_config(device).device]
 
 
 def dpu_layer(device: VPUDevice, operation: Operation, in_whc: Sequence[int], out_whc: Sequence[int], *,
@@ -86,7 +109,8 @@ class TileResult:
 class LayerResult:
     """Result of one layer request: `cycles` (or an error code), the strategy that gave it, per-tile details.
 
-    For AUTO_MIN, `strategy` is the winning strategy and `by_strategy` holds the three results.
+    For AUTO_MIN, `strategy` is the winning strategy and `by_strategy` holds the result of every strategy of the
+    device (`tiling_strategies`).
     """
 
     cycles: int
@@ -149,7 +173,7 @@ class _Tile:
             w, h = self.w, self.h
             vector = -(-w // 16) * h <= -(-w // 4) * -(-h // 4)
             return (ExecutionMode.VECTOR if vector else ExecutionMode.MATRIX,)
-        return _MODES_27.get(self.op, (ExecutionMode.CUBOID_16x16,))
+        return _MODES[self.cfg.device].get(self.op, _ALL_MODES)
 
     def candidates(self, n_dpu: int):
         """Candidate splits in the runtime's order: (mode, [((w, h, c), count), ...]) run-length lists."""
@@ -170,7 +194,8 @@ class _Tile:
                             continue
                         out.append((mode, self._hw_split(cols, rows, g_w, g_h)))
         for mode in self.modes():
-            single = (n_dpu == 1 and self.op in (Operation.CONVOLUTION, Operation.ELTWISE, Operation.CM_CONVOLUTION)) \
+            # a Z split needs whole 16-channel groups
+            single = (n_dpu == 1 and self.op in _NO_Z_SPLIT) or c < 16 or c % 16 \
                 or (not v27 and mode != ExecutionMode.VECTOR and self.op != Operation.CONVOLUTION)
             counts = [1] if single else _counts(min(128, -(-c // 16)), n_dpu, [-(-c // z) for z in _Z_SIZES])
             for n in counts:
@@ -208,6 +233,75 @@ class _Tile:
                 runs.append(((width, hh, c), nx - 1))
             runs.append(((last_w, hh, c), 1))
         return runs
+
+
+# (input size, output size, kernel, stride, pad before, pad after, output memory size) columns of a split axis
+_H_AXIS = (F.in_h, F.out_h, F.k_h, F.s_h, F.pad_top, F.pad_bottom, F.mem_h)
+_W_AXIS = (F.in_w, F.out_w, F.k_w, F.s_w, F.pad_left, F.pad_right, F.mem_w)
+
+
+def _overlapped_split(row: np.ndarray, axis: tuple, n_tiles: int, broadcast: bool) -> list[np.ndarray]:
+    """SOH-overlapped along H (SOHO, SOHO_K_SWITCH) or W (SOW): output slices of ceil(out/nTiles), each with the
+    input rows it needs (running count, the tiles overlap; no halo), isi CLUSTERING.
+
+    broadcast (SOHO_K_SWITCH): every tile writes to all tiles, owt = number of tiles, and its output memory spans
+    the whole layer output along the axis (CMX check only).
+    """
+    col_in, col_out, col_k, col_s, col_begin, col_end, col_mem = axis
+    size_out, k, s = int(row[col_out]), int(row[col_k]), int(row[col_s])
+    pad_end = int(row[col_end])
+    desired = -(-size_out // n_tiles)
+    avail, pad, left = int(row[col_in]) + int(row[col_begin]), int(row[col_begin]), size_out
+    tiles = []
+    while left > 0 and len(tiles) < n_tiles:
+        o = min(desired, left)
+        last = o == left
+        need = (o - 1) * s + k
+        end = pad_end if last else 0
+        size_in = need - pad
+        if need > avail:  # reached the layer's end: use part of its end padding
+            used = min(need - avail, pad_end)
+            size_in -= used
+            if not last:
+                end = used
+        tile = row.copy()
+        tile[[col_in, col_out, col_begin, col_end, F.isi_strategy]] = (
+            max(0, size_in), o, pad, end, ISIStrategy.CLUSTERING)
+        tile[[F.mem_w, F.mem_h, F.mem_c]] = tile[[F.out_w, F.out_h, F.out_c]]
+        if broadcast:
+            tile[col_mem] = size_out
+        tiles.append(tile)
+        avail -= o * s
+        pad = max(0, pad - o * s)
+        left -= o
+    if broadcast:
+        for tile in tiles:
+            tile[F.output_write_tiles] = len(tiles)
+    return tiles
+
+
+def _sok_split(row: np.ndarray, n_tiles: int) -> list[np.ndarray]:
+    """SOK: round_up(ceil(C_out/nTiles), 16) output channels per tile, input recomputed from the output, isi
+    SPLIT_OVER_K, owt = number of tiles; broadcast: every tile's output memory is the full layer output."""
+    c_out = int(row[F.out_c])
+    per = _round_up(-(-c_out // n_tiles), 16)
+    chunks = [c for c in (min(per, c_out - i * per) for i in range(n_tiles)) if c > 0]
+    tiles = np.repeat(row[None, :], len(chunks), axis=0)
+    tiles[:, F.out_c] = chunks
+    _recompute_input(tiles)
+    tiles[:, F.isi_strategy], tiles[:, F.output_write_tiles] = ISIStrategy.SPLIT_OVER_K, len(chunks)
+    tiles[:, [F.mem_w, F.mem_h, F.mem_c]] = row[[F.out_w, F.out_h, F.out_c]]
+    return list(tiles)
+
+
+def _recompute_input(m: np.ndarray) -> None:
+    """Input W, H (and C) of tiles or workloads from their output, in place: `(out - 1)·s + k - pads` (0 if not
+    positive); C_in stays for CONV and CM_CONV, whose kernels read every input channel, else it is C_out."""
+    pads = m[:, [F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]]
+    m[:, F.in_w] = np.maximum(0, (m[:, F.out_w] - 1) * m[:, F.s_w] + m[:, F.k_w] - pads[:, 2] - pads[:, 3])
+    m[:, F.in_h] = np.maximum(0, (m[:, F.out_h] - 1) * m[:, F.s_h] + m[:, F.k_h] - pads[:, 0] - pads[:, 1])
+    keep_cin = np.isin(m[:, F.operation], (Operation.CONVOLUTION, Operation.CM_CONVOLUTION))
+    m[:, F.in_c] = np.where(keep_cin, m[:, F.in_c], m[:, F.out_c])
 
 
 def _schedule(costs: list[int], counts: list[int], n_proc: int) -> int:
@@ -249,21 +343,23 @@ class LayerModel:
                                        output_in_ddr, prefetching)])[0]
 
     def cost(self, requests: Sequence[LayerRequest]) -> list[LayerResult]:
-        """Cost many layer requests in one batch (AUTO_MIN requests cost all three strategies)."""
+        """Cost many layer requests in one batch (AUTO_MIN requests cost every strategy of their device)."""
         flat: list[LayerRequest] = []
         for req in requests:
             if req.strategy == VPUTilingStrategy.AUTO_MIN:
-                flat.extend(replace(req, strategy=s) for s in STRATEGIES)
+                flat.extend(replace(req, strategy=s) for s in tiling_strategies(req.layer.device))
             else:
                 flat.append(req)
         results = self._cost_flat(flat)
         out, pos = [], 0
         for req in requests:
             if req.strategy == VPUTilingStrategy.AUTO_MIN:
-                trio = tuple(results[pos:pos + 3])
-                pos += 3
-                best = min(trio, key=lambda r: r.cycles)  # first of equal costs wins; errors are huge
-                out.append(replace(best, by_strategy=trio))
+                n = len(tiling_strategies(req.layer.device))
+                each = tuple(results[pos:pos + n])
+                pos += n
+                # the first of equal costs wins; error codes are huge, so if all fail the smallest code wins
+                best = min(each, key=lambda r: r.cycles)
+                out.append(replace(best, by_strategy=each))
             else:
                 out.append(results[pos])
                 pos += 1
@@ -271,63 +367,21 @@ class LayerModel:
 
     # -- planning -------------------------------------------------------------------------------------------
 
-    def _split_layer(self, row: np.ndarray, strategy: VPUTilingStrategy, n_tiles: int) -> list[np.ndarray]:
-        """The tile rows of a validated, fixed-up layer (tiles without output dropped)."""
-        w_out, h_out, c_out = int(row[F.out_w]), int(row[F.out_h]), int(row[F.out_c])
+    @staticmethod
+    def _split_layer(row: np.ndarray, strategy: VPUTilingStrategy, n_tiles: int) -> list[np.ndarray]:
+        """The tile rows of a validated, fixed-up layer (tiles without output dropped; none for SOHW / SOHK)."""
         if strategy == VPUTilingStrategy.NONE:
             tile = row.copy()
             tile[F.isi_strategy] = ISIStrategy.CLUSTERING
-            tile[[F.mem_w, F.mem_h, F.mem_c]] = (w_out, h_out, c_out)
+            tile[[F.mem_w, F.mem_h, F.mem_c]] = tile[[F.out_w, F.out_h, F.out_c]]
             return [tile] * n_tiles
-        kh, sh = int(row[F.k_h]), int(row[F.s_h])
-        pt, pb = int(row[F.pad_top]), int(row[F.pad_bottom])
-        tiles = []
-        if strategy == VPUTilingStrategy.SOH_Overlapped:
-            d = -(-h_out // n_tiles)
-            avail, p, done = int(row[F.in_h]) + pt, pt, 0
-            for i in range(n_tiles):
-                o = h_out - done if i == n_tiles - 1 else min(d, h_out - done)
-                if o <= 0:
-                    break
-                last = i == n_tiles - 1
-                need = (o - 1) * sh + kh
-                bottom = pb if last else 0
-                h_in = need - p
-                if need > avail:
-                    u = min(need - avail, pb)
-                    h_in -= u
-                    if not last:
-                        bottom = u
-                tile = row.copy()
-                tile[[F.in_h, F.out_h, F.pad_top, F.pad_bottom, F.isi_strategy]] = (
-                    h_in, o, p, bottom, ISIStrategy.CLUSTERING)
-                tile[[F.mem_w, F.mem_h, F.mem_c]] = (w_out, o, c_out)
-                tiles.append(tile)
-                avail -= o * sh
-                p = max(0, p - o * sh)
-                done += o
-            return tiles
-        per = _round_up(-(-c_out // n_tiles), 16)
-        chunks = []
-        left = c_out
-        for _ in range(n_tiles):
-            chunk = min(per, left)
-            left -= chunk
-            if chunk > 0:
-                chunks.append(chunk)
-        op = int(row[F.operation])
-        for chunk in chunks:
-            tile = row.copy()
-            tile[F.out_c] = chunk
-            if op not in (Operation.CONVOLUTION, Operation.CM_CONVOLUTION):
-                tile[F.in_c] = chunk
-            tile[F.in_w] = max(0, (w_out - 1) * int(row[F.s_w]) + int(row[F.k_w]) - int(row[F.pad_left])
-                               - int(row[F.pad_right]))
-            tile[F.in_h] = max(0, (h_out - 1) * sh + kh - pt - pb)
-            tile[[F.isi_strategy, F.output_write_tiles]] = (ISIStrategy.SPLIT_OVER_K, len(chunks))
-            tile[[F.mem_w, F.mem_h, F.mem_c]] = (w_out, h_out, c_out)  # broadcast: every tile holds the output
-            tiles.append(tile)
-        return tiles
+        if strategy in (VPUTilingStrategy.SOH_Overlapped, VPUTilingStrategy.SOHO_K_SWITCH):
+            return _overlapped_split(row, _H_AXIS, n_tiles, strategy == VPUTilingStrategy.SOHO_K_SWITCH)
+        if strategy == VPUTilingStrategy.SOW:
+            return _overlapped_split(row, _W_AXIS, n_tiles, False)
+        if strategy == VPUTilingStrategy.SOK:
+            return _sok_split(row, n_tiles)
+        return []
 
     def _cost_flat(self, requests: list[LayerRequest]) -> list[LayerResult]:
         n = len(requests)
@@ -373,6 +427,9 @@ class LayerModel:
                 results.append(LayerResult(int(layer_code[i]), req.strategy))
                 continue
             ks = per_layer.get(i, [])
+            if not ks:  # the strategy produced no tile (SOHW, SOHK)
+                results.append(LayerResult(ERROR_TILE_OUTPUT, req.strategy))
+                continue
             failed = [k for k in ks if tile_codes[k]]
             if failed:
                 zero = tuple(TileResult(0, 0, None, self._whc(tile_rows[k])) for k in ks)
@@ -406,11 +463,7 @@ class LayerModel:
         m = np.array(templates)[v[:, 0]]
         m[:, F.execution_mode] = v[:, 1]
         m[:, F.out_w], m[:, F.out_h], m[:, F.out_c] = v[:, 2], v[:, 3], v[:, 4]
-        pads = m[:, [F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]]
-        m[:, F.in_w] = np.maximum(0, (m[:, F.out_w] - 1) * m[:, F.s_w] + m[:, F.k_w] - pads[:, 2] - pads[:, 3])
-        m[:, F.in_h] = np.maximum(0, (m[:, F.out_h] - 1) * m[:, F.s_h] + m[:, F.k_h] - pads[:, 0] - pads[:, 1])
-        keep_cin = np.isin(m[:, F.operation], (Operation.CONVOLUTION, Operation.CM_CONVOLUTION))
-        m[:, F.in_c] = np.where(keep_cin, m[:, F.in_c], m[:, F.out_c])
+        _recompute_input(m)
         m[:, F.in_b] = m[:, F.out_b]
         cycles = self.dpu.cost(m).tolist()
         bad = is_error(np.array(cycles)).tolist() if cycles else []
@@ -421,6 +474,8 @@ class LayerModel:
                 if any(bad[j] for j in ids):
                     continue
                 cost = _schedule([cycles[j] for j in ids], [k for _, k in runs], tile.cfg.dpus_per_tile)
+                if cost <= 0:  # a valid 0-cycle DPU() result, but the tiler rejects a split that costs nothing
+                    continue
                 if best is None or cost < best[0]:
                     best = (cost, mode, runs)
             if best is None:
@@ -435,7 +490,8 @@ class LayerModel:
     def _add_dma(self, requests, layers, tile_rows, per_layer, results) -> list[LayerResult]:
         """Weights (prefetching=False) and activation (input/output in DDR) transfers, added to valid costs.
 
-        Weight transfers (one per tile) are list-scheduled on the device's DMA ports; activation transfers add.
+        Weight transfers (one per tile, its weights tensor as counted in CMX) are list-scheduled on the device's DMA
+        ports; activation transfers (the layer's own input and output) add.
         The first DMA error replaces the result.
         """
         wanted = [i for i, r in enumerate(requests) if results[i].valid and
@@ -443,7 +499,7 @@ class LayerModel:
         if not wanted:
             return results
         need_w = [k for i in wanted if not requests[i].prefetching for k in per_layer[i]]
-        w_bytes = dict(zip(need_w, self._weight_bytes(np.array([tile_rows[k] for k in need_w])).tolist())) \
+        w_bytes = dict(zip(need_w, weights_bytes(np.array([tile_rows[k] for k in need_w])).tolist())) \
             if need_w else {}
         transfers = []  # (request index, is weights, device, bytes, direction)
         for i in wanted:
@@ -475,23 +531,13 @@ class LayerModel:
             out[i] = replace(results[i], cycles=results[i].dpu_cycles + dma, dma_cycles=dma)
         return out
 
-    @staticmethod
-    def _weight_bytes(tiles: np.ndarray) -> np.ndarray:
-        """Bytes each tile's weights take in DDR: (mask + 16-byte table) per output channel; ELTWISE the second
-        input; MAXPOOL nothing."""
-        a = tiles.astype(np.int64)
-        op = a[:, F.operation]
-        elt = np.ceil(a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b] * dtype_bytes(a[:, F.in_dtype]))
-        conv = (weight_mask_bytes(a) + 16) * a[:, F.out_c]
-        return np.select([op == Operation.ELTWISE, op == Operation.MAXPOOL], [elt.astype(np.int64), 0], conv)
-
     def _dma_cycles(self, transfers) -> list[int]:
         if not transfers:
             return []
-        if self.dma is not None:
-            return self.dma.cost([dma_1d(VPUDevice(d), b, direction) for _, _, d, b, direction in transfers]).tolist()
-        out = np.zeros(len(transfers), dtype=np.int64)
         devices = np.array([t[2] for t in transfers])
+        if self.dma is not None:  # a 1-D transfer of the model's workload type; another device's is an error
+            return self.dma.cost_1d(devices, [t[3] for t in transfers], [t[4] for t in transfers]).tolist()
+        out = np.zeros(len(transfers), dtype=np.int64)
         for device in np.unique(devices):
             sel = np.nonzero(devices == device)[0]
             out[sel] = theoretical_dma_cycles(VPUDevice(int(device)), [transfers[j][3] for j in sel],
