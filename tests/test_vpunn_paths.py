@@ -99,8 +99,8 @@ def test_explicit_missing_folder_and_unshipped_file_are_one_line(tmp_path, no_en
     with pytest.raises(VpunnError, match="VPUNN model directory .*nowhere does not exist") as exc:
         find_model_dir(tmp_path / "nowhere")
     one_line(exc)
-    with pytest.raises(VpunnError, match=f"vpu_4_0.vpunn not found.*shipped folder holds only.*{ENV_VAR}") as exc:
-        resolve_model_file("vpu_4_0.vpunn")
+    with pytest.raises(VpunnError, match=f"vpu_4_1.vpunn not found.*shipped folder holds only.*{ENV_VAR}") as exc:
+        resolve_model_file("vpu_4_1.vpunn")
     assert "intel/npu-nn-cost-model" in one_line(exc)
 
 

@@ -196,13 +196,13 @@ def test_unimplemented_layer_type_and_non_chain():
 
 def test_unimplemented_interface_versions_are_named():
     rng = np.random.default_rng(5)
-    with pytest.raises(VpunnError, match=r"interface 12 .*implemented: 10, 11"):
+    with pytest.raises(VpunnError, match=r"interface 12 .*implemented: 10, 11, 4011, 5114"):
         DpuModel(parse_vpunn(build_vpunn("VPUNN-12-02", _mlp(rng, [93, 1]))))
-    with pytest.raises(VpunnError, match=r"output interface 5 .*implemented: 2"):
-        DpuModel(parse_vpunn(build_vpunn("VPUNN-11-05", _mlp(rng, [93, 1]))))
+    with pytest.raises(VpunnError, match=r"output interface 3 .*implemented: 2, 4, 5"):
+        DpuModel(parse_vpunn(build_vpunn("VPUNN-11-03", _mlp(rng, [93, 1]))))
     with pytest.raises(VpunnError, match="takes 50 inputs but interface 11 has 93"):
         DpuModel(parse_vpunn(build_vpunn("VPUNN-11-02", _mlp(rng, [50, 1]))))
-    with pytest.raises(VpunnError, match=r"DMA interface 11 with output 2 .*implemented: DMA interface 1"):
+    with pytest.raises(VpunnError, match=r"DMA interface 11 with output 2 .*implemented: DMA interfaces 1, 2, 3 with"):
         DmaModel(parse_vpunn(build_vpunn("VPUNN-11-02", _mlp(rng, [93, 1]))))
     assert isinstance(VpunnError("x"), CostModelError)
 

@@ -250,7 +250,8 @@ class DmaModel:
         if net.input_version not in _INPUTS or net.output_version not in _OUTPUTS:
             raise VpunnError(f"{net.source}: DMA interface {net.input_version} with output {net.output_version} "
                              f"(model name {net.name!r}) is not implemented; implemented: DMA interfaces "
-                             f"{sorted(_INPUTS)} with outputs {sorted(_OUTPUTS)}")
+                             f"{', '.join(map(str, sorted(_INPUTS)))} with outputs "
+                             f"{', '.join(map(str, sorted(_OUTPUTS)))}")
         self._type, size, self._encode = _INPUTS[net.input_version]
         (self._low, self._high), self._post = _OUTPUTS[net.output_version]
         if net.input_size != size:

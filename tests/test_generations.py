@@ -1,0 +1,32 @@
+"""`nas.generations`: a run's front on several devices (ranking agreement, fastest arch per quality level)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nas.generations import GenerationTable
+
+
+def _table(latency_x, latency_y, quality=(90.0, 91.0, 92.0)) -> GenerationTable:
+    return GenerationTable("top1", ["X", "Y"], ["a", "b", "c"], list(quality),
+                           {"X": np.array(latency_x, dtype=float), "Y": np.array(latency_y, dtype=float)})
+
+
+def test_opposite_rankings_pick_different_archs():
+    table = _table([1.0, 2.0, 3.0], [3.0, 2.0, 1.0])
+    assert table.tau("X", "Y") == pytest.approx(-1.0)
+    assert table.levels() == [(92.0, {"X": "c", "Y": "c"}), (91.0, {"X": "b", "Y": "c"}),
+                              (90.0, {"X": "a", "Y": "c"})]
+    assert "differs between devices at 2 of 3 levels" in table.lines()[-1]
+
+
+def test_same_ranking_serves_every_device():
+    table = _table([1.0, 2.0, 3.0], [10.0, 20.0, 30.0])
+    assert table.tau("X", "Y") == pytest.approx(1.0)
+    assert all(len(set(best.values())) == 1 for _, best in table.levels())
+    assert table.lines()[-1].endswith("one search serves all these devices.")
+
+
+def test_a_dominated_arch_is_never_the_fastest_at_its_level():
+    table = _table([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], quality=(91.0, 90.0, 92.0))
+    assert table.fastest_reaching(90.0) == {"X": "a", "Y": "a"}  # b is slower and worse than a
