@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -45,6 +46,7 @@ def test_specs_and_defaults():
     ("VPU_2_7", {"tiles": 2}, "unknown vpunn cost-model option.*tiles.*valid: model_dir"),
     ("VPU_2_7", {"dtype": "int4"}, "dtype must be 'uint8' or 'fp16'"),
     ("VPU_2_7", {"strategy": "MAGIC"}, "unknown VPUTilingStrategy 'MAGIC'"),
+    ("VPU_2_7", {"strategy": "SOW"}, "strategy SOW is not one of VPU_2_7's: AUTO_MIN, NONE, SOH_Overlapped, SOK"),
     ("VPU_4_0", {"fast": True}, "Intel publishes no .fast model for VPU_4_0"),
     ("NPU_5_0.fast", {}, "Intel publishes no .fast model for NPU_5_0"),
     ("VPU_2_7", {"dma": "magic"}, "dma must be 'theoretical' or 'nn'"),
@@ -90,6 +92,60 @@ def test_mobilenet_layers_match_official_layer_costs(vpu27, mobilenet_layers):
                f"{r['out_w']}x{r['out_h']}x{r['out_c']}")
         assert key in by_shape, key
         assert abs(by_shape[key] - int(r["cycles"])) <= 1, (r["layer_name"], by_shape[key], r["cycles"])
+
+
+@pytest.mark.parametrize("device", ["VPU_4_0", "NPU_5_0"])
+def test_npu45_mobilenet_layers_match_official_layer_costs(device, mobilenet_layers):
+    """MobileNetV2@224 on VPU 4.0 / NPU 5.0 with the reference vectors' 4 tiles: every DPU layer of the vectors
+    (AUTO_MIN over the seven strategies, uint8) costs as the official Layer(), within 1 cycle per workload."""
+    with open(VECTORS / "npu45" / "npu45_layer.csv", newline="") as fh:
+        ref = [r for r in csv.DictReader(fh) if r["network"] == "mobilenet_v2" and r["device"] == device
+               and r["strategy"] == "AUTO_MIN" and r["in_dtype"] == "UINT8"]
+    assert ref
+    model = load_vpunn_cost_model(device, n_tiles=4)
+    by_shape = {}
+    for c in model.layer_costs(mobilenet_layers):
+        if c.rule == "dpu":
+            by_shape.setdefault(c.detail.split(" x")[0], c.cycles)
+    for r in ref:
+        key = (f"{r['operation']} {r['in_w']}x{r['in_h']}x{r['in_c']} -> "
+               f"{r['out_w']}x{r['out_h']}x{r['out_c']}")
+        assert key in by_shape, key
+        assert abs(by_shape[key] - int(r["cycles"])) <= 2, (r["layer_name"], by_shape[key], r["cycles"])
+
+
+def test_npu45_specs_and_defaults(mobilenet_layers):
+    m40, m50 = load_cost_model("vpunn:VPU_4_0"), load_cost_model("vpunn:NPU_5_0")
+    assert (m40.name, m40.clock_mhz, m40.n_tiles, m40.n_dpu) == ("vpunn:VPU_4_0", 1700, 6, 1)
+    assert (m50.name, m50.clock_mhz, m50.n_tiles, m50.n_dpu) == ("vpunn:NPU_5_0", 1950, 3, 1)
+    assert load_vpunn_cost_model(str(MODELS / "vpu_5_1.vpunn")).device.name == "NPU_5_0"
+    assert load_vpunn_cost_model("VPU_4_0", strategy="SOW").strategy.name == "SOW"
+    nets = {m.name: m.network_cost(mobilenet_layers) for m in (m40, m50, load_cost_model("vpunn:VPU_2_7"))}
+    assert all(all(c.cycles > 0 for c in net.layers) for net in nets.values())
+    # the newer generations run MobileNetV2 faster than the NPU 3720
+    assert nets["vpunn:VPU_2_7"].ms > max(nets["vpunn:VPU_4_0"].ms, nets["vpunn:NPU_5_0"].ms)
+    dma = load_vpunn_cost_model("NPU_5_0", dma="nn", activations_in_ddr=True).network_cost(mobilenet_layers)
+    assert dma.ms > nets["vpunn:NPU_5_0"].ms  # DDR transfers through dmann_5_0 add time
+
+
+def test_theoretical_fallback_never_wraps_around():
+    """The runtime's unsigned padding-skip arithmetic wraps on a small padded conv (a reference row costs
+    9007199254740864 theoretical cycles); the network model's fallback counts no skipped MACs there."""
+    from hw_cost.vpunn import DataType, DPUWorkload, VPUDevice
+    from hw_cost.vpunn.sanitizer import sanitize
+    from hw_cost.vpunn.theoretical import theoretical_cycles
+    from hw_cost.vpunn.workload import workloads_to_matrix
+
+    wl = DPUWorkload(VPUDevice.VPU_4_0, Operation.CONVOLUTION, 2, 2, 512, 1, 1, 256, in_dtype=DataType.UINT8,
+                     k_w=3, k_h=3, pad_bottom=1, pad_left=1)
+    m = sanitize(workloads_to_matrix([wl]))
+    assert theoretical_cycles(m)[0] == 9007199254740864
+    unpadded = sanitize(workloads_to_matrix([replace(wl, pad_bottom=0, pad_left=0)]))
+    assert theoretical_cycles(m, wrap=False)[0] == theoretical_cycles(unpadded)[0] < 10_000
+    model = load_vpunn_cost_model("VPU_4_0")
+    model._theoretical(dpu_layer(VPUDevice.VPU_4_0, Operation.CONVOLUTION, (2, 2, 512), (1, 1, 256),
+                                 kernel=(3, 3), padding=(0, 1, 1, 0)), None)
+    assert 0 < max(c for c, _, _ in model._dpu_cache.values()) < 1000
 
 
 def test_mobilenet_network_cost(vpu27, mobilenet_layers):

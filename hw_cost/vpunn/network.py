@@ -58,7 +58,7 @@ from .dpu import DpuModel
 from .enums import ActivationFunction, DataType, DMADirection, ExecutionMode, Operation, VPUDevice, VPUTilingStrategy, \
     parse_enum
 from .errors import ERROR_INPUT_TOO_BIG, VpunnError
-from .layer import LayerModel, LayerRequest, LayerResult, dpu_layer
+from .layer import LayerModel, LayerRequest, LayerResult, dpu_layer, tiling_strategies
 from .paths import MODEL_FILES, resolve_model_file
 from .reader import VpunnNetwork, read_vpunn
 from .sanitizer import cmx_required, sanitize
@@ -219,6 +219,10 @@ class VpunnCostModel(CostModel):
         self.name = name or f"vpunn:{self.device.name}"
         self.dtype = dtype
         self.strategy = VPUTilingStrategy(strategy)
+        valid = tiling_strategies(self.device)
+        if self.strategy != VPUTilingStrategy.AUTO_MIN and self.strategy not in valid:
+            raise VpunnError(f"strategy {self.strategy.name} is not one of {self.device.name}'s: AUTO_MIN, "
+                             + ", ".join(s.name for s in valid))
         self.weights_dma = bool(weights_dma)
         if activations_in_ddr not in ("auto", True, False):
             raise VpunnError(f"activations_in_ddr must be 'auto', True or False, not {activations_in_ddr!r}")
@@ -425,7 +429,8 @@ class VpunnCostModel(CostModel):
         why = res.error if res is not None else "no split fits CMX"
         mode = ExecutionMode.CUBOID_16x16 if self.device != VPUDevice.VPU_2_0 else \
             (ExecutionMode.VECTOR_FP16 if lay.in_dtype == DataType.FLOAT16 else ExecutionMode.MATRIX)
-        single = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])))[0])
+        single = int(theoretical_cycles(sanitize(workloads_to_matrix([replace(lay, execution_mode=mode)])),
+                                        wrap=False)[0])
         cycles = -(-single // (self.n_tiles * self.config.dpus_per_tile))
         log.info("VPUNN layer model rejects %s %sx%sx%s -> %sx%sx%s (%s): using theoretical cycles %d",
                  lay.operation.name, lay.in_w, lay.in_h, lay.in_c, lay.out_w, lay.out_h, lay.out_c, why, cycles)

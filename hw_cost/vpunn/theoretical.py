@@ -63,11 +63,12 @@ _CMX_BOUND = [d for d in DEVICES if d != VPUDevice.VPU_2_0]
 _FLOAT_INPUTS = (_DTYPE.FLOAT16, _DTYPE.BFLOAT16, _DTYPE.FLOAT32)
 
 
-def theoretical_cycles(m: np.ndarray) -> np.ndarray:
+def theoretical_cycles(m: np.ndarray, wrap: bool = True) -> np.ndarray:
     """Theoretical cycles of sanitized workloads, int64.
 
     The runtime computes in unsigned 64-bit: a padding-skip count larger than the MAC count wraps around before
-    the ceil division (npu45-notes §7), which is reproduced here.
+    the ceil division (npu45-notes §7), which is reproduced here. `wrap=False` (the network cost model's rule)
+    counts no skipped MACs there instead, so the estimate stays the size of the work.
     """
     a = np.asfortranarray(m, dtype=np.int64)
     dev, op = np.clip(a[:, F.device], 0, len(VPUDevice) - 1), a[:, F.operation]
@@ -77,7 +78,10 @@ def theoretical_cycles(m: np.ndarray) -> np.ndarray:
     in_elems = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
     base = np.where(op == _OP.ELTWISE, -(-in_elems // lanes), base)
     conv = (op == _OP.CONVOLUTION) | (op == _OP.CM_CONVOLUTION)
-    base = np.where(conv, base * a[:, F.in_c] - padding_taps(a) * a[:, F.in_c] * a[:, F.out_c], base)
+    skipped = padding_taps(a) * a[:, F.in_c] * a[:, F.out_c]
+    if not wrap:
+        skipped = np.where(skipped > base * a[:, F.in_c], 0, skipped)
+    base = np.where(conv, base * a[:, F.in_c] - skipped, base)
     macs = np.where(conv, _MACS[dev], _MACS[dev] // _ICPM[dev]).astype(np.uint64)
     cycles = (base.astype(np.uint64) + (macs - np.uint64(1))) // macs  # C's unsigned (a + b - 1) / b
     fp = np.isin(a[:, F.in_dtype], _FLOAT_INPUTS)
