@@ -116,3 +116,22 @@ def test_cost_of_a_run_arch(smoke_run, cost, capsys):
         assert ms == pytest.approx(float(rows[0]["latency_ms"]), rel=1e-4)
     else:
         assert "conv" in out and "fps" in out
+
+
+def test_search_for_npu5_and_compare_generations(tmp_path, capsys):
+    """A search costed by VPUNN on NPU 5.0 (Panther Lake), then its front on every generation."""
+    out = tmp_path / "npu5"
+    assert main(["search", SMOKE, "cost.model=vpunn:NPU_5_0", "task.train_size=256", "search.evolution.population=6",
+                 "search.evolution.generations=2", "search.finalize.archs=2", "search.finalize.epochs=0.25",
+                 "--out", str(out), "--no-progress"]) == 0
+    rows = read_csv(RunDir(out).candidates)
+    assert {r["cost_model"] for r in rows} == {"vpunn:NPU_5_0"}
+    capsys.readouterr()
+    assert main(["cost", str(out), "--devices", "VPU_2_7,VPU_4_0,NPU_5_0"]) == 0
+    text = capsys.readouterr().out
+    assert "VPU_2_7 vs NPU_5_0: " in text and "Fastest arch at each test top1 level" in text
+    table = [line.split() for line in text.splitlines() if re.match(r"\s+\d+\s+\d+\.\d+\s", line)]
+    front = {r["id"]: float(r["latency_ms"]) for r in rows if r["id"] in {t[0] for t in table}}
+    assert len(front) == len(table) >= 2
+    for t in table:  # the NPU_5_0 column is the run's own latency
+        assert float(t[6]) == pytest.approx(front[t[0]] * 1e3, abs=0.006)
