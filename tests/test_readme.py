@@ -45,8 +45,9 @@ def _front_id(run) -> str:
     return next(r["id"] for r in read_csv(run.candidates) if r["is_pareto"] == "True")
 
 
-def _vpunn(kind: str, model: str, tmp) -> list[str]:
-    return ["vpunn", kind, model, str(VPUNN_VECTORS / f"vpunn_{kind}.csv"), "-o", str(tmp / f"{kind}.csv")]
+def _vpunn(kind: str, model: str, tmp, table: str = "vpunn") -> list[str]:
+    folder = VPUNN_VECTORS / "npu45" if table == "npu45" else VPUNN_VECTORS
+    return ["vpunn", kind, model, str(folder / f"{table}_{kind}.csv"), "-o", str(tmp / f"{table}_{kind}.csv")]
 
 
 README_COMMANDS = {
@@ -83,7 +84,13 @@ README_COMMANDS = {
     "vpunas vpunn dpu|layer|dma MODEL_FILE INPUT.csv -o OUTPUT.csv":
         lambda tmp, smoke: [_vpunn("dpu", "vpu_2_7.vpunn", tmp) + ["--device", "VPU_2_7"],
                             _vpunn("layer", "vpu_2_7.vpunn", tmp) + ["--device", "VPU_2_7"],
-                            _vpunn("dma", "dma_2_7.vpunn", tmp)],
+                            _vpunn("dma", "dma_2_7.vpunn", tmp),
+                            _vpunn("dpu", "vpu_5_1.vpunn", tmp, "npu45") + ["--device", "NPU_5_0"],
+                            _vpunn("layer", "vpu_4_0.vpunn", tmp, "npu45") + ["--device", "VPU_4_0"],
+                            _vpunn("dma", "dmann_5_0.vpunn", tmp, "npu45") + ["--device", "NPU_5_0"]],
+    "vpunas vpunn dpu|layer|dma": None,  # prose
+    "vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0":
+        lambda tmp, smoke: [["cost", str(smoke.path), "--devices", "VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0"]],
     "vpunas export": None,  # prose
     # overrides quoted in the README: each applies to the default config and runs a short smoke search
     "train.epochs=1": lambda tmp, smoke: [["search", SMOKE, *SHORT, "train.epochs=1", "--out", str(tmp / "e")]],
@@ -92,6 +99,8 @@ README_COMMANDS = {
                              str(tmp / "d")]],
     "cost.model=vpunn:VPU_2_0":
         lambda tmp, smoke: [["search", SMOKE, *SHORT, "cost.model=vpunn:VPU_2_0", "--out", str(tmp / "v")]],
+    "cost.model=vpunn:VPU_4_0":
+        lambda tmp, smoke: [["search", SMOKE, *SHORT, "cost.model=vpunn:VPU_4_0", "--out", str(tmp / "v4")]],
     # benchmarks: their smallest settings
     ".venv/bin/python scripts/bench_supernet.py": ["scripts/bench_supernet.py", "--steps", "1", "--batch", "8"],
     ".venv/bin/python scripts/bench_vpunn.py": ["scripts/bench_vpunn.py", "--threads", "1", "--repeat", "1"],
