@@ -30,6 +30,23 @@ def _process_settings():
     keep_freed_memory()
 
 
+def assert_descriptors_bit_exact(rows: list[dict], matrix, desc: list[dict], version: int, size: int) -> None:
+    """The descriptors of interface `version` of the sanitized workloads equal the reference rows `desc`
+    (`id`, `d0`...) bit for bit; `rows` / `matrix` are the reference workloads the ids point into."""
+    import numpy as np
+
+    from hw_cost.vpunn.descriptors import encode
+    from hw_cost.vpunn.sanitizer import sanitize
+
+    by_id = {r["id"]: i for i, r in enumerate(rows)}
+    idx = [by_id[d["id"]] for d in desc]
+    ref = np.array([[float(v) for k, v in d.items() if k != "id"] for d in desc], dtype=np.float32)
+    got = encode(sanitize(matrix[idx]), version)
+    assert got.shape == (len(desc), size)
+    mismatch = np.nonzero((got != ref).any(axis=1))[0]
+    assert len(mismatch) == 0, [desc[i]["id"] for i in mismatch[:5]]
+
+
 def sampled_archs(space, count: int = 20, seed: int = 0) -> list[dict]:
     """`count` random archs of `space`, each checked to be plain JSON and to round-trip through its genes."""
     import numpy as np

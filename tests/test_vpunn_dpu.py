@@ -17,7 +17,7 @@ from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
 from hw_cost.vpunn.sanitizer import check, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, workloads_to_matrix
-from conftest import VPUNN_VECTORS
+from conftest import VPUNN_VECTORS, assert_descriptors_bit_exact
 
 MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 STEM = {"VPU_2_0": "vpu_2_0", "VPU_2_7": "vpu_2_7"}
@@ -79,13 +79,7 @@ def test_theoretical_cycles_exact(rows, matrix):
 def test_descriptors_bit_exact(rows, matrix, version, size):
     with open(VECTORS / f"vpunn_dpu_descriptors_v{version}.csv", newline="") as fh:
         desc = list(csv.DictReader(fh))
-    by_id = {r["id"]: i for i, r in enumerate(rows)}
-    idx = [by_id[d["id"]] for d in desc]
-    ref = np.array([[float(v) for k, v in d.items() if k != "id"] for d in desc], dtype=np.float32)
-    got = encode(sanitize(matrix[idx]), version)
-    assert got.shape == (len(desc), size)
-    mismatch = np.nonzero((got != ref).any(axis=1))[0]
-    assert len(mismatch) == 0, [desc[i]["id"] for i in mismatch[:5]]
+    assert_descriptors_bit_exact(rows, matrix, desc, version, size)
 
 
 def _conv(device=VPUDevice.VPU_2_7, **kw) -> DPUWorkload:

@@ -21,7 +21,7 @@ from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
 from hw_cost.vpunn.sanitizer import check, cmx_required, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, UNSET, workloads_to_matrix
-from conftest import VPUNN_VECTORS
+from conftest import VPUNN_VECTORS, assert_descriptors_bit_exact
 
 NPU45 = VPUNN_VECTORS / "npu45"
 MODEL = {"VPU_4_0": "vpu_4_0.vpunn", "NPU_5_0": "vpu_5_1.vpunn"}
@@ -96,14 +96,7 @@ def test_theoretical_cycles_exact(rows, matrix):
 
 @pytest.mark.parametrize("version, size", [(4011, 93), (5114, 53)])
 def test_descriptors_bit_exact(rows, matrix, version, size):
-    desc = _read(f"npu45_dpu_descriptors_{version}.csv")
-    by_id = {r["id"]: i for i, r in enumerate(rows)}
-    idx = [by_id[d["id"]] for d in desc]
-    ref = np.array([[float(v) for k, v in d.items() if k != "id"] for d in desc], dtype=np.float32)
-    got = encode(sanitize(matrix[idx]), version)
-    assert got.shape == (len(desc), size)
-    mismatch = np.nonzero((got != ref).any(axis=1))[0]
-    assert len(mismatch) == 0, [desc[i]["id"] for i in mismatch[:5]]
+    assert_descriptors_bit_exact(rows, matrix, _read(f"npu45_dpu_descriptors_{version}.csv"), version, size)
 
 
 # -- cycles ---------------------------------------------------------------------------------------------------
