@@ -112,6 +112,7 @@ class RunDir:
     baselines = property(lambda self: self.path / "baselines.csv")
     pareto_png = property(lambda self: self.path / "pareto.png")
     report_html = property(lambda self: self.path / "report.html")
+    stage_times = property(lambda self: self.path / "stage_times.json")
     checkpoint_dir = property(lambda self: self.path / "checkpoint")
     models_dir = property(lambda self: self.path / "models")
     supernet_checkpoint = property(lambda self: self.checkpoint_dir / "supernet.pt")

@@ -5,6 +5,7 @@ Resuming is the same call with `resume=True`: every phase skips what its checkpo
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -23,7 +24,7 @@ from .evaluation import CachedEvaluator
 from .finalize import finalize
 from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
-from .report import build_report, candidate_columns, candidate_rows, write_csv
+from .report import build_report, candidate_columns, candidate_rows, read_stage_times, write_csv
 from .rundir import RunDir, atomic_write_text
 from .runtime import ThreadGovernor
 
@@ -122,6 +123,28 @@ def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> 
     return SearchContext(config, run_dir, task, space, cost_model, progress)
 
 
+class StageClock:
+    """Wall time per stage of a run, summed over its sessions, in RUN_DIR/stage_times.json: a resumed run adds
+    its own time (a stage it finds done costs it seconds), and a stage cut short by an interrupt counts up to
+    the interrupt."""
+
+    def __init__(self, run_dir: RunDir):
+        self.path = run_dir.stage_times
+        self.record = read_stage_times(run_dir) or {"seconds": {}, "sessions": 0}
+        self.record["sessions"] += 1
+        self.stage: str | None = None
+        self.since = 0.0
+
+    def start(self, stage: str | None) -> None:
+        """End the current stage, adding its time, and start `stage` (None: no stage)."""
+        now = time.perf_counter()
+        if self.stage is not None:
+            seconds = self.record["seconds"]
+            seconds[self.stage] = round(seconds.get(self.stage, 0.0) + now - self.since, 3)
+        self.stage, self.since = stage, now
+        atomic_write_text(self.path, json.dumps(self.record, indent=1) + "\n")
+
+
 def _attach_log(run_dir: RunDir) -> logging.Handler:
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -149,30 +172,39 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         run_dir.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir.config, config_to_yaml(config))
     handler = _attach_log(run_dir)
+    clock = StageClock(run_dir)
     try:
         started = time.perf_counter()
         logger.info("run %s: %s; cost model %s; %d threads", run_dir.path, ctx.space.describe(),
                     ctx.cost_model.name, config.threads)
         if isinstance(ctx.cost_model, LutCostModel):
+            clock.start("latency correction")
             correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct, config.cost.correction_archs,
                                      config.seed, run_dir)
+        clock.start("supernet training and search")
         outcome = STRATEGIES[config.search.strategy][1](ctx)
         records = outcome.evaluate.records
         # the test split scores the front only, after the search (the search itself never looks at it)
+        clock.start("test scoring")
         on_front = pareto_mask([r[ctx.task.metric] for r in records], [r["latency_ms"] for r in records])
         test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch), "test": outcome.evaluator.metric(arch, "test")},
                                     run_dir.test_journal)
         test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
         write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
+        clock.start("finalisation")
         finals = finalize(ctx, records, outcome.evaluator)
+        clock.start("measuring the finalised archs")
         # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
         measured_beside_predicted(ctx, list({r["key"]: r for r in records if r["key"] in finals}.values()))
         rows = write_results(ctx, records, test_metrics, finals)
+        clock.start("baselines")
         evaluate_baselines(ctx, outcome.evaluator)
+        clock.start(None)
         build_report(run_dir)
         logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
                     len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
         return rows
     finally:
+        clock.start(None)
         logging.getLogger().removeHandler(handler)
         handler.close()

@@ -1,0 +1,579 @@
+"""The HTML of report.html and compare.html: the front as inline SVG (one view per latency source and split),
+hover and selection with a picture of the arch, sortable tables, the cost model's provenance and the run's time
+per stage.
+
+Self-contained: the CSS and the few lines of vanilla JS below are inlined, nothing is fetched. Without JS the
+page still shows the first view, every table and every figure; JS adds the toggles, hover, selection, sorting.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from .arch_picture import ARCH_CSS, arch_summary, arch_svg
+from .pareto import pareto_mask
+from .report import fidelity_of, headline, metric_of, read_csv, read_stage_times, test_figure
+from .rundir import RunDir
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEVICES", "PALETTE", "RunView", "load_run", "run_page", "compare_page", "common_source",
+           "source_label", "sortable_table"]
+
+#: the NPU generations every run's archs with a test figure are costed on (`nas.generations`)
+DEVICES = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
+#: one colour per run on a comparison (matplotlib's tab10)
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#7f7f7f")
+_KIND_COLOURS = {"arch": "#b0b0b0", "front": "#1f6fb4", "final": "#e07b00", "baseline": "#ffd92f"}
+_W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 400, 64, 16, 12, 46
+
+
+@dataclass
+class RunView:
+    """What a page shows of one run. `latency[source][arch id]` in ms, sources `cost` (the run's own cost
+    model), `measured` (end to end on the run's machine) and the VPUNN devices; `prefix` makes its point keys
+    unique on a comparison."""
+
+    name: str
+    path: Path
+    prefix: str
+    metric: str
+    rows: list[dict]
+    baselines: list[dict]
+    cost_model: str
+    space: dict
+    latency: dict[str, dict[str, float]]
+    notes: list[str] = field(default_factory=list)
+
+
+def load_run(run_dir: RunDir, prefix: str = "") -> RunView:
+    """A run's rows and latencies from every source it has; a source that cannot be had is left out with a note
+    (the VPUNN costing rebuilds the run's space from its config, which may no longer load here)."""
+    from .generations import cost_front_on_devices
+
+    rows = read_csv(run_dir.candidates)
+    metric = metric_of(rows)
+    config = yaml.safe_load(run_dir.config.read_text(encoding="utf-8")) if run_dir.config.exists() else {}
+    view = RunView(run_dir.path.name, run_dir.path, prefix, metric, rows,
+                   read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], rows[0]["cost_model"],
+                   (config or {}).get("space") or {}, {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}})
+    if add_measured(rows, run_dir):
+        view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
+    try:
+        table = cost_front_on_devices(run_dir, DEVICES)
+    except (ValueError, OSError) as exc:  # the errors of a config, data set or model file that do not load
+        logger.warning("%s: VPUNN latencies left out: %s", run_dir.path, exc)
+        view.notes.append(f"VPUNN latency of {', '.join(DEVICES)} left out: the run could not be costed again "
+                          f"here ({exc}).")
+    else:
+        for device in DEVICES:
+            view.latency[device] = dict(zip(table.ids, map(float, table.latency_ms[device])))
+    return view
+
+
+def source_label(source: str, views: Sequence[RunView]) -> str:
+    if source == "cost":
+        models = sorted({v.cost_model for v in views})
+        return (f"cost model ({models[0]})" if len(models) == 1 else
+                f"each run's own cost model ({', '.join(models)})")
+    if source == "measured":
+        return "measured end to end on the run's machine (finalised archs)"
+    return f"VPUNN {source} (archs with a test figure)"
+
+
+def common_source(views: Sequence[RunView]) -> str:
+    """The latency source that puts every run on one scale: the cost model they share, else VPUNN (VPU 2.7, the
+    default target, first), else each run's own."""
+    if len({v.cost_model for v in views}) == 1:
+        return "cost"
+    preferred = ("VPU_2_7", *(d for d in DEVICES if d != "VPU_2_7"))
+    return next((d for d in preferred if all(d in v.latency for v in views)), "cost")
+
+
+# ------------------------------------------------------------------------------------------------ the front
+@dataclass
+class _Point:
+    key: str
+    x: float
+    y: float
+    kind: str  # arch | front | final | baseline
+    series: int
+    name: str = ""
+
+
+def _points(view: RunView, series: int, source: str, split: str) -> list[_Point]:
+    """The view's points: on `val` every arch at its inherited metric and the finalised ones also at their
+    finalised metric; on `test` the archs with a test figure; baselines on the run's own cost model only."""
+    latency, metric, out = view.latency.get(source, {}), view.metric, []
+    for r in view.rows:
+        x, key, final = latency.get(r["id"]), view.prefix + r["id"], r.get(f"final_{metric}", "")
+        if x is None:
+            continue
+        if split == "val":
+            out.append(_Point(key, x, float(r[metric]), "front" if r["is_pareto"] == "True" else "arch", series))
+            if final != "":
+                out.append(_Point(key, x, float(final), "final", series))
+        elif test_figure(r, metric) is not None:
+            out.append(_Point(key, x, test_figure(r, metric), "final" if final != "" else "front", series))
+    for i, b in enumerate(view.baselines if source == "cost" else ()):
+        y = (float(b[metric]) if b.get(metric, "") != "" else None) if split == "val" else test_figure(b, metric)
+        if y is not None and b.get("latency_ms", "") != "":
+            out.append(_Point(f"{view.prefix}b{i}", float(b["latency_ms"]), y, "baseline", series, b["name"]))
+    return out
+
+
+def _scale(values: list[float], lo_px: float, hi_px: float):
+    """A linear or (over more than a 20x range) log mapping of `values` onto pixels, and its ticks."""
+    lo, hi = min(values), max(values)
+    log = lo > 0 and hi / lo > 20
+    f = math.log10 if log else (lambda v: v)
+    a, b = f(lo), f(hi)
+    pad = (b - a) * 0.05 or abs(a) * 0.1 or 1.0
+    a, b = a - pad, b + pad
+    if log:
+        ticks = [m * 10.0 ** e for e in range(math.floor(a), math.ceil(b) + 1) for m in (1, 2, 5)]
+    else:
+        raw = (b - a) / 5
+        step = next(m * 10.0 ** math.floor(math.log10(raw)) for m in (1, 2, 5, 10)
+                    if m * 10.0 ** math.floor(math.log10(raw)) >= raw)
+        ticks = [k * step for k in range(math.ceil(a / step), math.floor(b / step) + 1)]
+    to_px = lambda v: lo_px + (f(v) - a) / (b - a) * (hi_px - lo_px)
+    return to_px, [t for t in ticks if a <= f(t) <= b], log
+
+
+def _colour(point_kind: str, series: int, compare: bool) -> str:
+    return PALETTE[series % len(PALETTE)] if compare else _KIND_COLOURS[point_kind]
+
+
+def _plot_svg(points: list[_Point], x_label: str, y_label: str, compare: bool) -> str:
+    x_of, x_ticks, log = _scale([p.x for p in points], _LEFT, _W - _RIGHT)
+    y_of, y_ticks, _ = _scale([p.y for p in points], _H - _BOTTOM, _TOP)
+    parts = [f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{_H - _BOTTOM}" y2="{_H - _BOTTOM}" stroke="#444"/>',
+             f'<line x1="{_LEFT}" x2="{_LEFT}" y1="{_TOP}" y2="{_H - _BOTTOM}" stroke="#444"/>']
+    for t in x_ticks:
+        parts.append(f'<line x1="{x_of(t):.1f}" x2="{x_of(t):.1f}" y1="{_TOP}" y2="{_H - _BOTTOM}" class="grid"/>'
+                     f'<text x="{x_of(t):.1f}" y="{_H - _BOTTOM + 14}" text-anchor="middle">{t:g}</text>')
+    for t in y_ticks:
+        parts.append(f'<line x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y_of(t):.1f}" y2="{y_of(t):.1f}" class="grid"/>'
+                     f'<text x="{_LEFT - 5}" y="{y_of(t) + 3:.1f}" text-anchor="end">{t:g}</text>')
+    parts.append(f'<text x="{(_LEFT + _W - _RIGHT) / 2}" y="{_H - 8}" text-anchor="middle">'
+                 f'{html.escape(x_label)}{" (log scale)" if log else ""}</text>'
+                 f'<text transform="translate(14 {(_TOP + _H - _BOTTOM) / 2}) rotate(-90)" text-anchor="middle">'
+                 f'{html.escape(y_label)}</text>')
+    # each series' fronts in this view: of the inherited figures and of the finalised ones
+    for series in sorted({p.series for p in points}):
+        for kinds, dash in ((("arch", "front"), ""), (("final",), ' stroke-dasharray="5,3"' if compare else "")):
+            group = [p for p in points if p.series == series and p.kind in kinds]
+            on = pareto_mask([p.y for p in group], [p.x for p in group]) if group else []
+            front = sorted((p.x, p.y) for p, keep in zip(group, on) if keep)
+            if len(front) > 1:
+                colour = _colour("final" if kinds == ("final",) else "front", series, compare)
+                xy = " ".join(f"{x_of(x):.1f},{y_of(y):.1f}" for x, y in front)
+                parts.append(f'<polyline points="{xy}" fill="none" stroke="{colour}" stroke-width="1.5"{dash}/>')
+    for p in sorted(points, key=lambda p: ("arch", "front", "final", "baseline").index(p.kind)):
+        x, y, colour, key = x_of(p.x), y_of(p.y), _colour(p.kind, p.series, compare), html.escape(p.key)
+        title = f"<title>{html.escape(p.name or 'arch ' + p.key)}</title>"
+        if p.kind == "baseline":
+            parts.append(f'<rect data-key="{key}" x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" '
+                         f'fill="{colour}" stroke="#000">{title}</rect><text x="{x + 8:.1f}" y="{y - 6:.1f}" '
+                         f'class="bname">{html.escape(p.name)}</text>')
+        else:
+            radius, extra = {"arch": (3, ' fill-opacity="0.45"'), "front": (3.5, ""),
+                             "final": (4.5, ' stroke="#000"' if compare else "")}[p.kind]
+            parts.append(f'<circle data-key="{key}" cx="{x:.1f}" cy="{y:.1f}" r="{radius}" fill="{colour}"{extra}>'
+                         f'{title}</circle>')
+    return (f'<svg class="front" width="{_W}" height="{_H}" viewBox="0 0 {_W} {_H}" font-size="11">'
+            f'{"".join(parts)}</svg>')
+
+
+def _legend(views: Sequence[RunView]) -> str:
+    if len(views) > 1:
+        items = [(PALETTE[i % len(PALETTE)], f"{v.name}: circles archs (faint: off the front; ringed: "
+                  "finalised), squares baselines") for i, v in enumerate(views)]
+    else:
+        items = [(_KIND_COLOURS["arch"], "evaluated (inherited weights)"), (_KIND_COLOURS["front"], "front"),
+                 (_KIND_COLOURS["final"], "finalised"), (_KIND_COLOURS["baseline"], "baselines")]
+    return "".join(f'<span class="key"><i style="background:{c}"></i>{html.escape(text)}</span>' for c, text in items)
+
+
+def front_section(views: Sequence[RunView]) -> tuple[str, dict]:
+    """The toggles, one plot per (latency source, split), the hover box and the selection panel; and the data
+    the page's JS shows on hover (`points`: key -> title, info lines)."""
+    metric, compare = views[0].metric, len(views) > 1
+    sources = [s for s in ("cost", "measured", *DEVICES) if any(s in v.latency for v in views)]
+    first = common_source(views)
+    plots, radios = [], []
+    for source in sources:
+        radios.append(f'<label><input type="radio" name="source" value="{html.escape(source)}"'
+                      f'{" checked" if source == first else ""}> {html.escape(source_label(source, views))}</label>')
+        for split in ("val", "test"):
+            points = [p for i, v in enumerate(views) for p in _points(v, i, source, split)]
+            hidden = "" if (source, split) == (first, "val") else " hidden"
+            body = (_plot_svg(points, f"latency (ms), {source_label(source, views)}", f"{metric} ({split} split)",
+                              compare) if points else "<p>no arch has this latency</p>")
+            plots.append(f'<div class="view" data-view="{html.escape(source)}|{split}"{hidden}>{body}</div>')
+    notes = "".join(f"<p class='note'>{html.escape(n)}</p>" for v in views for n in v.notes)
+    data = {"points": {k: v for view in views for k, v in _point_info(view).items()}}
+    section = (f'<div class="toggles"><fieldset><legend>latency</legend>{"".join(radios)}</fieldset>'
+               f'<fieldset><legend>{html.escape(metric)}</legend><label><input type="radio" name="split" '
+               f'value="val" checked> val split (inherited; finalised archs also after training)</label><label>'
+               f'<input type="radio" name="split" value="test"> test split (front and finalised archs)</label>'
+               f'</fieldset></div>{notes}<div class="legend">{_legend(views)}</div>'
+               f'<div class="plotrow"><div class="plot">{"".join(plots)}</div><div id="selected">'
+               f'<p>Hover a point for its figures; click a point or a table row to draw its arch here.</p></div>'
+               f'</div><div id="tip" hidden></div>{_pictures(views)}')
+    return section, data
+
+
+def _fmt(value: float, unit: str = "") -> str:
+    return f"{value:.4g}{unit}"
+
+
+_SHORT_LABELS = {"cost": "cost model", "measured": "measured"}
+_FIGURE_LABELS = {"{m}": "val, inherited", "test_{m}": "test, inherited", "final_{m}": "val, finalised",
+                  "final_test_{m}": "test, finalised", "final_int8_test_{m}": "test, finalised, INT8"}
+
+
+def _point_info(view: RunView) -> dict[str, dict]:
+    """Key -> {title, info: [[label, value]...], arch}: what hover and selection show of each arch and baseline."""
+    metric, out = view.metric, {}
+    labels = {c.format(m=metric): f"{metric} ({text})" for c, text in _FIGURE_LABELS.items()}
+    run = f"{view.name} · " if view.prefix else ""
+    for r in view.rows:
+        arch = json.loads(r["arch"])
+        figures = [(labels.get(c, c), r[c]) for c in r if r[c] != "" and (c in labels or c.startswith("final_"))
+                   and c != "is_final_pareto"]
+        latency = [(f"latency, {_SHORT_LABELS.get(s, 'VPUNN ' + s)}", _fmt(lat[r["id"]], " ms"))
+                   for s, lat in view.latency.items() if r["id"] in lat]
+        out[view.prefix + r["id"]] = {
+            "title": f"{run}arch {r['id']}" + (" · front" if r["is_pareto"] == "True" else "")
+                     + (" · finalised" if r.get(f"final_{metric}", "") != "" else ""),
+            "info": [["arch", arch_summary(arch)], *figures, *latency, ["params", _fmt(float(r["params"]) / 1e6, " M")],
+                     ["MACs", _fmt(float(r["macs"]) / 1e6, " M")]],
+            "arch": r["arch"]}
+    for i, b in enumerate(view.baselines):
+        shown = [(labels.get(c, c), b[c]) for c in b if c not in ("name", "arch", "cost_model") and b[c] != ""]
+        out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b['name']}", "info": shown,
+                                     "arch": b.get("arch") or None}
+    return out
+
+
+def _pictures(views: Sequence[RunView]) -> str:
+    """One <template> per arch with its picture (shown on selection; archs of no known family show their JSON)."""
+    out = []
+    for view in views:
+        for key, arch in [(view.prefix + r["id"], r["arch"]) for r in view.rows] + [
+                (f"{view.prefix}b{i}", b.get("arch", "")) for i, b in enumerate(view.baselines)]:
+            svg = arch_svg(json.loads(arch), view.space) if arch.startswith("{") else None
+            if svg:
+                out.append(f'<template id="pic-{html.escape(key)}">{svg}</template>')
+    return "".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ tables
+def sortable_table(rows: Sequence[dict], columns: Sequence[str], keys: Sequence[str] | None = None) -> str:
+    """A table whose headers sort it (click again: the other way); rows with a key select that arch."""
+    head = "".join(f'<th title="sort">{html.escape(c)}</th>' for c in columns)
+    body = "".join((f'<tr data-key="{html.escape(k)}">' if k else "<tr>")
+                   + "".join(f"<td>{html.escape(str(r.get(c, '')))}</td>" for c in columns) + "</tr>"
+                   for r, k in zip(rows, keys or [None] * len(rows)))
+    return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
+    """Give `rows` (of `view`) a latency column per VPUNN device the run was costed on; returns their names."""
+    columns = [f"{d}_ms" for d in DEVICES if d in view.latency]
+    for r in rows:
+        for d, c in zip([d for d in DEVICES if d in view.latency], columns):
+            r[c] = _fmt(view.latency[d][r["id"]]) if r["id"] in view.latency[d] else ""
+    return columns
+
+
+def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
+    """Give the rows the end-to-end latency measured on the run's machine (`measured_ms`, blank for archs not
+    measured), if the run measured any (`nas.lut_validation.measured_beside_predicted`); returns the column."""
+    from search_spaces import arch_key
+
+    from .lut_validation import measured_latencies
+
+    measured = measured_latencies(run_dir)
+    for row in rows:
+        row["measured_ms"] = measured.get(arch_key(json.loads(row["arch"])), "")
+    return ["measured_ms"] if measured else []
+
+
+# ------------------------------------------------------------------------------------------------ run facts
+def _headline_section(view: RunView) -> str:
+    lines = headline(view.rows, view.baselines, view.metric)
+    if not lines:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+    return f"<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
+
+
+def _correction_note(run_dir: RunDir) -> str:
+    """What the run did with a latency table measured elsewhere (`nas.lut_validation`), if it used a table."""
+    from .lut_validation import read_correction_record
+
+    record = read_correction_record(run_dir)
+    if record is None:
+        return ""
+    if not record["applied"]:
+        return (f"<p>Latency table used as measured (<code>cost.correct={html.escape(record['mode'])}</code>; "
+                f"measured elsewhere: {html.escape(str(record.get('measured_elsewhere') or 'no'))}).</p>")
+    c, before, after = record["correction"], record["before"], record["after"]
+    return (f"<p>Latency table measured elsewhere ({html.escape(str(record['measured_elsewhere']))}): on "
+            f"{before['archs']} networks measured on this machine its error was {before['mape_pct']:.1f}% (MAPE); "
+            f"every latency of this run is corrected to {c['scale']:.3g} x table + {c['offset_ms']:.4f} ms "
+            f"(error {after['mape_pct']:.1f}%, {100 * after['within_10pct']:.0f}% within 10%). The finalised archs' "
+            "<code>measured_ms</code> is their end-to-end latency measured here.</p>")
+
+
+def provenance_section(view: RunView) -> str:
+    """Where the run's latencies come from: the latency table's measurement record, or the VPUNN model file."""
+    from hw_cost.lut import LatencyTable
+
+    config = yaml.safe_load(view.path.joinpath("config.yaml").read_text(encoding="utf-8")) or {}
+    spec = (config.get("cost") or {}).get("model", view.cost_model)
+    kind, _, arg = spec.partition(":")
+    if kind == "lut":
+        try:
+            meta = LatencyTable.load(arg).metadata
+        except (OSError, ValueError) as exc:
+            return f"<p>Latency table <code>{html.escape(arg)}</code>: not readable here ({html.escape(str(exc))}).</p>"
+        fields = ("device", "device_name", "host", "runtime", "runtime_version", "precision", "threads", "batch",
+                  "statistic", "repeats", "date", "inference_overhead_ms", "created_by")
+        items = "".join(f"<tr><th>{f}</th><td>{html.escape(str(meta[f]))}</td></tr>" for f in fields if f in meta)
+        return (f"<p>Latency table <code>{html.escape(arg)}</code>, measured with OpenVINO (per block, batch 1; "
+                f"a network's latency is the sum of its blocks plus the runtime's fixed cost):</p>"
+                f"<table class='facts'>{items}</table>")
+    if kind == "vpunn":
+        from hw_cost.vpunn.paths import MODEL_FILES
+
+        model_dir = (config.get("cost") or {}).get("model_dir") or "the files shipped with vpunas"
+        return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
+                f"<code>{html.escape(MODEL_FILES.get(arg, '?'))}</code> from {html.escape(str(model_dir))} "
+                f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
+                f"precision {html.escape(str((config.get('cost') or {}).get('dtype', 'uint8')))}, run by vpunas "
+                "itself layer by layer (hw_cost/vpunn/network.py).</p>")
+    return f"<p>Cost model <code>{html.escape(spec)}</code>.</p>"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def stage_section(run_dir: RunDir) -> str:
+    record = read_stage_times(run_dir)
+    if record is None:
+        return "<p>This run does not record its time per stage (runs before stage_times.json).</p>"
+    seconds = record["seconds"]
+    total = sum(seconds.values()) or 1.0
+    rows = "".join(f"<tr><td>{html.escape(stage)}</td><td>{_duration(s)}</td><td>{100 * s / total:.0f}%</td></tr>"
+                   for stage, s in seconds.items())
+    return (f"<p>Wall time of each stage, summed over the run's {record.get('sessions', 1)} session(s) "
+            f"(<code>stage_times.json</code>; the report itself not included): {_duration(sum(seconds.values()))} "
+            f"in all.</p><table class='facts'><thead><tr><th>stage</th><th>time</th><th>share</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>")
+
+
+# ------------------------------------------------------------------------------------------------ pages
+def _by_latency(rows, keep) -> list[dict]:
+    return sorted((r for r in rows if keep(r)), key=lambda r: float(r["latency_ms"]))
+
+
+def _arch_table(view: RunView, rows: Sequence[dict], columns: Sequence[str]) -> str:
+    return sortable_table(rows, columns, [view.prefix + r["id"] for r in rows])
+
+
+def _final_scores(view: RunView, final: Sequence[dict]) -> list[str]:
+    """The finalised archs' scores beyond the val metric that any of them has (test, INT8 test, SSIM, ...)."""
+    metric = view.metric
+    return [c for c in view.rows[0] if c.startswith("final_") and c != f"final_{metric}"
+            and any(r[c] != "" for r in final)]
+
+
+def _initial(view: RunView) -> str:
+    metric = view.metric
+    final = _by_latency(view.rows, lambda r: r.get(f"final_{metric}", "") != "")
+    return view.prefix + (final or _by_latency(view.rows, lambda r: r["is_pareto"] == "True") or view.rows)[0]["id"]
+
+
+def _png(png: bytes, name: str) -> str:
+    return (f"<details><summary>{name}, the static plot (papers, terminals)</summary><img alt=\"Pareto front\" "
+            f"src=\"data:image/png;base64,{base64.b64encode(png).decode()}\"></details>")
+
+
+def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
+    """report.html of one run."""
+    metric, rows, baselines = view.metric, view.rows, view.baselines
+    front = _by_latency(rows, lambda r: r["is_pareto"] == "True")
+    final = _by_latency(rows, lambda r: r.get(f"final_{metric}", "") != "")
+    devices = add_device_columns(view, rows)
+    measured = ["measured_ms"] if "measured" in view.latency else []
+    columns = ["id", metric, f"test_{metric}", "latency_ms", *devices, "params", "macs", "arch"]
+    final_columns = ["id", f"final_{metric}", *_final_scores(view, final), metric, "latency_ms", *measured,
+                     *devices, "is_final_pareto", "params", "macs", "arch"]
+    base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]
+    base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
+    base_columns += [c for c in ("latency_ms", "params", "macs", "note") if baselines and c in baselines[0]]
+    tau = fidelity_of(final, metric)
+    final_section = "" if not final else (
+        f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
+        f"(<code>search.finalize</code>); <code>final_{html.escape(metric)}</code> on the whole val split, "
+        f"<code>final_test_{html.escape(metric)}</code> on the test split. Ranking fidelity of the supernet "
+        f"(Kendall tau, inherited vs finalised val {html.escape(metric)}): "
+        f"<b>{'n/a' if tau is None else f'{tau:.3f}'}</b>.</p>{_arch_table(view, final, final_columns)}")
+    config = run_dir.config.read_text(encoding="utf-8") if run_dir.config.exists() else ""
+    section, data = front_section([view])
+    data["initial"] = _initial(view)
+    name = html.escape(run_dir.path.name)
+    body = f"""<h1>vpunas run <code>{name}</code></h1>
+<p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
+(cost model <code>{html.escape(view.cost_model)}</code>).</p>
+{_headline_section(view)}
+<h2>Front</h2>{section}{_png(png, "pareto.png")}
+{final_section}
+<h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
+<h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])
+                   if baselines else "<p>none</p>"}
+<h2>All evaluated archs</h2><details><summary>{len(rows)} archs</summary>{_arch_table(view, rows, columns)}</details>
+<h2>Cost model</h2>{provenance_section(view)}{_correction_note(run_dir)}
+<h2>Run time per stage</h2>{stage_section(run_dir)}
+<h2>Config</h2><pre>{html.escape(config)}</pre>"""
+    return page(f"vpunas run {run_dir.path.name}", body, data)
+
+
+def compare_page(views: Sequence[RunView], png: bytes) -> str:
+    """compare.html of several runs of one metric."""
+    metric = views[0].metric
+    section, data = front_section(views)
+    data["initial"] = _initial(views[0])
+    runs, tables = [], []
+    for i, view in enumerate(views):
+        final = [r for r in view.rows if r.get(f"final_{metric}", "") != ""]
+        tau = fidelity_of(final, metric)
+        runs.append(f'<tr><td><span class="key"><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
+                    f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td><td>{len(view.rows)}"
+                    f"</td><td>{sum(r['is_pareto'] == 'True' for r in view.rows)}</td><td>{len(final)}</td>"
+                    f"<td>{'n/a' if tau is None else f'{tau:.3f}'}</td><td>{html.escape(str(view.path))}</td></tr>")
+        shown = _by_latency(view.rows, lambda r: test_figure(r, metric) is not None)
+        columns = ["id", metric, f"test_{metric}", f"final_{metric}", *_final_scores(view, final), "latency_ms",
+                   *add_device_columns(view, shown), "params", "macs", "arch"]
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in headline(view.rows, view.baselines, metric))
+        tables.append(f"<h2>{html.escape(view.name)}</h2><p>Front and finalised archs, latency on "
+                      f"<code>{html.escape(view.cost_model)}</code>.</p>{f'<ul>{lines}</ul>' if lines else ''}"
+                      f"{_arch_table(view, shown, columns)}")
+    body = (f"<h1>vpunas: {len(views)} runs compared ({html.escape(metric)})</h1><table class='facts'><thead><tr>"
+            "<th>run</th><th>cost model</th><th>archs</th><th>front</th><th>finalised</th><th>ranking fidelity</th>"
+            f"<th>directory</th></tr></thead><tbody>{''.join(runs)}</tbody></table><h2>Fronts</h2>{section}"
+            f"{_png(png, 'compare.png')}{''.join(tables)}")
+    return page(f"vpunas: {len(views)} runs compared", body, data)
+
+
+# ------------------------------------------------------------------------------------------------ the page
+_CSS = """body{font-family:sans-serif;margin:2em;max-width:90em}table{border-collapse:collapse;font-size:0.85em}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:last-child{text-align:left;font-family:monospace}
+table.facts td:last-child{font-family:inherit}table.sortable th{cursor:pointer;background:#f0f0f0}
+th[data-dir=asc]::after{content:" \\25B2"}th[data-dir=desc]::after{content:" \\25BC"}
+tr[data-key]{cursor:pointer}tr.sel{background:#fff3c4}pre{background:#f6f6f6;padding:1em;overflow:auto}
+.toggles{display:flex;gap:1em;flex-wrap:wrap}fieldset{border:1px solid #ccc}label{display:block;font-size:0.9em}
+.plotrow{display:flex;gap:1em;align-items:flex-start;flex-wrap:wrap}
+#selected{flex:1 1 20em;min-width:0;max-width:44em;font-size:0.9em}
+#selected table td:last-child,#tip table td:last-child{font-family:inherit}svg.front{background:#fff}
+svg .grid{stroke:#eee}svg [data-key]{cursor:pointer}svg .sel{stroke:#d00;stroke-width:3}.bname{font-size:10px}
+#tip{position:absolute;background:#fffffa;border:1px solid #999;padding:4px;
+font-size:0.8em;pointer-events:none;max-width:36em;box-shadow:2px 2px 6px #0003}.note{color:#a40}
+.legend{font-size:0.85em;margin:0.4em 0}.key{margin-right:1.2em}
+.key i{display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em;border:1px solid #555}"""
+
+_JS = """(() => {
+  const data = JSON.parse(document.getElementById("vpunas-data").textContent);
+  const tip = document.getElementById("tip"), panel = document.getElementById("selected");
+  const chosen = name => (document.querySelector(`input[name=${name}]:checked`) || {}).value;
+  function showView() {
+    const want = chosen("source") + "|" + chosen("split");
+    document.querySelectorAll("div.view").forEach(v => { v.hidden = v.dataset.view !== want; });
+  }
+  function fill(el, key) {
+    const p = data.points[key], head = document.createElement("b"), table = document.createElement("table");
+    head.textContent = p.title;
+    for (const [label, value] of p.info) {
+      const tr = table.insertRow();
+      tr.insertCell().textContent = label;
+      tr.insertCell().textContent = value;
+    }
+    el.replaceChildren(head, table);
+  }
+  function select(key) {
+    if (!data.points[key]) return;
+    document.querySelectorAll(".sel").forEach(el => el.classList.remove("sel"));
+    document.querySelectorAll(`[data-key="${CSS.escape(key)}"]`).forEach(el => el.classList.add("sel"));
+    fill(panel, key);
+    const picture = document.getElementById("pic-" + key);
+    if (picture) {
+      panel.append(picture.content.cloneNode(true));
+    } else if (data.points[key].arch) {
+      const pre = document.createElement("pre");
+      pre.textContent = data.points[key].arch;
+      panel.append(pre);
+    }
+  }
+  function cellValue(tr, col) {
+    const text = tr.cells[col].textContent;
+    return text === "" || isNaN(Number(text)) ? text : Number(text);
+  }
+  function sortBy(th) {
+    const table = th.closest("table"), col = th.cellIndex, rows = [...table.tBodies[0].rows];
+    const dir = th.dataset.dir === "asc" ? -1 : 1;
+    table.querySelectorAll("th").forEach(h => { delete h.dataset.dir; });
+    th.dataset.dir = dir === 1 ? "asc" : "desc";
+    const rank = v => (v === "" ? 2 : typeof v === "number" ? 0 : 1);  // numbers, then text, then blanks
+    rows.sort((a, b) => {
+      const x = cellValue(a, col), y = cellValue(b, col);
+      if (rank(x) !== rank(y)) return rank(x) - rank(y);
+      return dir * (rank(x) === 0 ? x - y : String(x).localeCompare(String(y)));
+    });
+    table.tBodies[0].append(...rows);
+  }
+  document.querySelectorAll("input[name=source], input[name=split]")
+    .forEach(i => i.addEventListener("change", showView));
+  document.querySelectorAll(".plot").forEach(plot => {
+    plot.addEventListener("mouseover", e => {
+      const mark = e.target.closest("[data-key]");
+      if (mark && data.points[mark.dataset.key]) { fill(tip, mark.dataset.key); tip.hidden = false; }
+    });
+    plot.addEventListener("mousemove", e => {
+      tip.style.left = e.pageX + 14 + "px";
+      tip.style.top = e.pageY + 14 + "px";
+    });
+    plot.addEventListener("mouseout", () => { tip.hidden = true; });
+    plot.addEventListener("click", e => {
+      const mark = e.target.closest("[data-key]");
+      if (mark) select(mark.dataset.key);
+    });
+  });
+  document.querySelectorAll("tr[data-key]").forEach(tr => tr.addEventListener("click", () => select(tr.dataset.key)));
+  document.querySelectorAll("table.sortable th").forEach(th => th.addEventListener("click", () => sortBy(th)));
+  showView();
+  if (data.initial) select(data.initial);
+})();"""
+
+
+def page(title: str, body: str, data: dict) -> str:
+    """A whole self-contained HTML page; `data` is what the JS reads (inlined as JSON)."""
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c").replace(">", "\\u003e")
+    payload = payload.replace("&", "\\u0026")
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}\n{ARCH_CSS}</style></head><body>\n{body}\n"
+            f'<script type="application/json" id="vpunas-data">{payload}</script>\n<script>{_JS}</script>\n'
+            "</body></html>\n")

@@ -1,0 +1,75 @@
+"""The papers' comparison table from finished runs: searched archs against each baseline, at equal quality.
+
+    .venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]
+
+For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch at least as
+good on the test split and its fps ratio (`nas.report.baseline_matches`, the report's headline; PSNR runs also
+get the PSNR ratio), all on the run's own cost model; then one sentence in the papers' form ("1.3x fps over
+MobileNetV2-1.4 and 2.2x over ResNet50 at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our numbers.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nas.report import baseline_matches, metric_of, read_csv
+from nas.rundir import RunDir
+
+UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def run_table(run_dir: RunDir) -> tuple[list[str], str]:
+    """A run's markdown table and its clause of the sentence."""
+    rows = read_csv(run_dir.candidates)
+    metric = metric_of(rows)
+    baselines = read_csv(run_dir.baselines) if run_dir.baselines.exists() else []
+    matches = baseline_matches(rows, baselines, metric)
+    psnr = metric == "psnr"
+    unit = UNITS.get(metric, metric)
+    lines = [f"{run_dir.path.name}: test {unit}, latency on {rows[0]['cost_model']}", "",
+             f"| baseline | {unit} | latency (ms) | searched arch | {unit} | latency (ms) | fps ratio |"
+             + (" PSNR ratio |" if psnr else ""),
+             "|---|---|---|---|---|---|---|" + ("---|" if psnr else "")]
+    for m in matches:
+        found = m.arch_id is not None
+        lines.append(f"| {m.name} | {m.figure:.2f} | {m.latency_ms:.4g} | "
+                     + (f"{m.arch_id} | {m.arch_figure:.2f} | {m.arch_latency_ms:.4g} | {m.fps_ratio:.2f}x |"
+                        if found else "none as good | | | |")
+                     + ((f" {m.arch_figure / m.figure:.3f}x |" if found else " |") if psnr else ""))
+    found = [m for m in matches if m.arch_id is not None]
+    if psnr:
+        clause = _join([f"{m.arch_figure / m.figure:.2f}x PSNR and {m.fps_ratio:.1f}x fps over {m.name}"
+                        for m in found])
+    else:
+        clause = _join([f"{m.fps_ratio:.1f}x{' fps' if i == 0 else ''} over {m.name}" for i, m in enumerate(found)])
+        clause += " at equal accuracy" if found else ""
+    missed = [m.name for m in matches if m.arch_id is None]
+    if missed:
+        clause += ("; " if clause else "") + f"no searched arch reaches {_join(missed)}"
+    return lines, clause or "no baseline with a test figure"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", help="a finished classification run (or any run)")
+    parser.add_argument("sr_run_dir", nargs="?", help="a finished super-resolution run")
+    args = parser.parse_args(argv)
+    clauses = []
+    try:
+        for path in filter(None, (args.run_dir, args.sr_run_dir)):
+            lines, clause = run_table(RunDir(path))
+            print("\n".join(lines) + "\n")
+            clauses.append(clause)
+    except (OSError, ValueError) as exc:  # a missing or damaged run directory
+        print(f"paper_table: error: {exc}", file=sys.stderr)
+        return 2
+    print("Searched: " + "; ".join(clauses) + ".")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
