@@ -20,10 +20,10 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from search_spaces import ArchError
     from tasks import DataError
 
-    from .errors import ConfigError, RunDirError, TrainingDiverged
+    from .errors import ConfigError, QuantizationError, RunDirError, TrainingDiverged
 
-    return (ConfigError, RunDirError, TrainingDiverged, CostModelError, LayerExtractionError, DataError, ArchError,
-            FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    return (ConfigError, RunDirError, TrainingDiverged, QuantizationError, CostModelError, LayerExtractionError,
+            DataError, ArchError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -46,32 +46,52 @@ def _search(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------ report
 def add_report_parser(sub) -> None:
-    p = sub.add_parser("report", help="rebuild pareto.png and report.html of a run")
-    p.add_argument("run_dir")
+    p = sub.add_parser("report", help="rebuild the report of a run, or compare runs",
+                       description="One RUN_DIR: rebuild its pareto.png and report.html. Several RUN_DIRs with -o "
+                                   "DIR: DIR/compare.html and compare.png overlay their fronts (runs of one metric).")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("-o", "--output", metavar="DIR", help="folder of the comparison of several runs")
     p.set_defaults(handler=_report)
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .report import build_report
+    from .config import ConfigError
+    from .report import build_comparison, build_report
     from .rundir import RunDir
 
-    run_dir = RunDir(args.run_dir)
-    if not run_dir.path.is_dir():
-        raise FileNotFoundError(f"run directory {run_dir.path} not found")
-    build_report(run_dir)
-    print(f"{run_dir.pareto_png}\n{run_dir.report_html}")
+    run_dirs = [RunDir(path) for path in args.run_dirs]
+    for run_dir in run_dirs:
+        if not run_dir.path.is_dir():
+            raise FileNotFoundError(f"run directory {run_dir.path} not found")
+    if len(run_dirs) == 1 and not args.output:
+        build_report(run_dirs[0])
+        print(f"{run_dirs[0].pareto_png}\n{run_dirs[0].report_html}")
+        return 0
+    if len(run_dirs) == 1:
+        raise ConfigError("-o DIR is the folder of a comparison: give two or more runs (vpunas report RUN_A RUN_B "
+                          "-o DIR)")
+    if not args.output:
+        raise ConfigError(f"comparing {len(run_dirs)} runs needs -o DIR, the folder of compare.html")
+    page, png = build_comparison(run_dirs, Path(args.output))
+    print(f"{png}\n{page}")
     return 0
 
 
 # ------------------------------------------------------------------------------------------------ export
 def add_export_parser(sub) -> None:
-    from .export import FORMATS
+    from .export import FORMATS, PRECISIONS
+    from .quantize import DEFAULT_MAX_DROP
 
     p = sub.add_parser("export", help="export one architecture of a run as a deployable model")
     p.add_argument("run_dir")
     p.add_argument("--arch", required=True, help="the arch id (candidates.csv)")
     p.add_argument("--format", required=True, choices=sorted(FORMATS))
-    p.add_argument("-o", "--output", help="output file (default RUN_DIR/models/arch<ID>.<ext>)")
+    p.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                   help="int8: NNCF post-training quantization (openvino only), checked on the test split")
+    p.add_argument("--max-drop", type=float, metavar="X",
+                   help=f"int8: largest allowed drop of the task metric from float (default "
+                        f"{DEFAULT_MAX_DROP['top1']:g} top-1 points, {DEFAULT_MAX_DROP['psnr']:g} dB PSNR)")
+    p.add_argument("-o", "--output", help="output file (default RUN_DIR/models/arch<ID>[_int8].<ext>)")
     p.set_defaults(handler=_export)
 
 
@@ -79,7 +99,7 @@ def _export(args: argparse.Namespace) -> int:
     from .export import export_arch
     from .rundir import RunDir
 
-    print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output))
+    print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
     return 0
 
 

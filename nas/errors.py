@@ -4,7 +4,7 @@ A leaf module (it imports nothing of the project), so every part of `nas` can ra
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "RunDirError", "TrainingDiverged"]
+__all__ = ["ConfigError", "QuantizationError", "RunDirError", "TrainingDiverged"]
 
 
 class ConfigError(ValueError):
@@ -18,3 +18,7 @@ class RunDirError(ValueError):
 class TrainingDiverged(ArithmeticError):
     """A training loss became NaN or infinite; raised before that step's update, so the last checkpoint is the
     last good state (the message names the stage and step)."""
+
+
+class QuantizationError(ArithmeticError):
+    """An INT8 model lost more of its task metric than allowed (the message gives both metrics and the bound)."""

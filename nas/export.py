@@ -1,4 +1,5 @@
-"""Deployable models of a run's architectures: TorchScript, ONNX or OpenVINO IR, each checked against PyTorch."""
+"""Deployable models of a run's architectures: TorchScript, ONNX or OpenVINO IR (float, or INT8 quantized by NNCF),
+each checked against PyTorch."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import torch
 import torch.nn as nn
 
 from .config import ConfigError, load_config
+from .errors import QuantizationError
 from .evaluation import ArchEvaluator
 from .finalize import load_final_weights
 from .report import read_csv
@@ -21,9 +23,10 @@ from .supernet_training import load_trained_supernet
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["export_arch", "deployable_model", "FORMATS", "run_arch"]
+__all__ = ["export_arch", "deployable_model", "FORMATS", "PRECISIONS", "run_arch"]
 
 FORMATS = {"torch": ".pt", "onnx": ".onnx", "openvino": ".xml"}
+PRECISIONS = ("fp32", "int8")
 
 
 def run_arch(run_dir: RunDir, arch_id: str) -> dict:
@@ -71,20 +74,51 @@ def deployable_model(ctx, row: dict, supernet) -> tuple[nn.Module, bool]:
     return model.to(memory_format=torch.contiguous_format).eval(), finalised
 
 
-def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None = None) -> Path:
+def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) -> dict:
+    """Quantize `model` to INT8 (`nas.quantize`), check its task metric against the float model's on the same
+    images and save it as `path`; returns the INT8 fields of the export's json.
+
+    Raises `QuantizationError` when the metric drops by more than `max_drop` (None: `DEFAULT_MAX_DROP`)."""
+    import openvino as ov
+
+    from .quantize import DEFAULT_MAX_DROP, eval_split, int8_metric
+
+    metric, split = task.metric, eval_split(task)
+    max_drop = DEFAULT_MAX_DROP[metric] if max_drop is None else max_drop
+    quantized, int8 = int8_metric(model, task)
+    fp = task.evaluate(model, split, all_images=True)
+    if fp - int8 > max_drop:
+        raise QuantizationError(f"the INT8 model scores {split} {metric} {int8:.2f}, {fp - int8:.2f} below the float "
+                                f"model's {fp:.2f} (allowed: {max_drop:g}; --max-drop sets the bound)")
+    ov.save_model(quantized, str(path), compress_to_fp16=False)
+    return {f"int8_{split}_{metric}": round(int8, 4), f"float_{split}_{metric}": round(fp, 4),
+            "int8_drop": round(fp - int8, 4), "max_drop": max_drop}
+
+
+def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None = None, precision: str = "fp32",
+                max_drop: float | None = None) -> Path:
     """Export arch `arch_id` of a finished run: its finalised weights when it was finalised, else its inherited,
     batch-norm-recalibrated weights.
 
     Writes the model (and for OpenVINO its .bin) plus `<name>.json` (arch, metric, latency, input shape and
-    normalisation), after checking that the exported model reproduces the PyTorch outputs.
+    normalisation), after checking that the exported model reproduces the PyTorch outputs. `precision="int8"`
+    (OpenVINO only) quantizes the checked float model and checks the INT8 model's task metric instead, against
+    the float model's within `max_drop` (see `_int8_checked`).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: valid formats are {', '.join(FORMATS)}")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}")
+    if precision == "int8" and fmt != "openvino":
+        raise ConfigError(f"--precision int8 needs --format openvino (NNCF quantizes OpenVINO models), not {fmt}")
+    if max_drop is not None and max_drop < 0:
+        raise ConfigError(f"--max-drop {max_drop:g}: must be >= 0")
     row = run_arch(run_dir, arch_id)
     ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
     model, finalised = deployable_model(ctx, row, supernet)
-    path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{FORMATS[fmt]}"
+    suffix = "_int8" if precision == "int8" else ""
+    path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{suffix}{FORMATS[fmt]}"
     if path.suffix != FORMATS[fmt]:
         path = path.with_suffix(FORMATS[fmt])
     example = torch.randn(1, *ctx.task.input_shape, generator=torch.Generator().manual_seed(0))
@@ -98,6 +132,9 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
         error = float(np.max(np.abs(got - reference)))
         if not np.allclose(got, reference, rtol=1e-3, atol=1e-3):
             raise RuntimeError(f"exported {fmt} model differs from PyTorch by {error:.3g}")
+        int8 = _int8_checked(model, ctx.task, staged, max_drop) if precision == "int8" else {}
+        if int8:  # the INT8 model's deviation, for the record (its check is the metric's drop)
+            error = float(np.max(np.abs(_run_exported(fmt, staged, example) - reference)))
         path.parent.mkdir(parents=True, exist_ok=True)
         for produced in Path(tmp).iterdir():
             shutil.move(str(produced), path.parent / produced.name)
@@ -107,7 +144,9 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
               {metric: float(row[metric]), "weights": "inherited from the supernet, batch norm recalibrated"})
     info = {"arch": row["arch"], "id": int(arch_id), **scores, "latency_ms": float(row["latency_ms"]),
             "cost_model": row["cost_model"], "input_shape": [1, *ctx.task.input_shape], "format": fmt,
-            "max_abs_diff_vs_pytorch": error, "preprocessing": ctx.task.preprocessing()}
+            "precision": precision, **int8, "max_abs_diff_vs_pytorch": error,
+            "preprocessing": ctx.task.preprocessing()}
     atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1) + "\n")
-    logger.info("exported arch %s as %s to %s (max |diff| vs PyTorch %.2g)", arch_id, fmt, path, error)
+    logger.info("exported arch %s as %s %s to %s (max |diff| vs PyTorch %.2g%s)", arch_id, precision, fmt, path,
+                error, "".join(f"; {k} {v:g}" for k, v in int8.items()))
     return path

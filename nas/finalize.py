@@ -9,12 +9,14 @@ holds them back (measured in both default runs). All of them train in lockstep o
 batch and the teacher's output on it are computed once for all students.
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
-report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`.
+report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. With
+`int8`, it also gets `final_int8_test_<metric>`: the test metric of its INT8 model, as the NPU runs it.
 The Kendall tau between inherited-weight and finalised val metric over the finalised archs is the supernet's
 ranking fidelity.
 
 Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's, and each
-scored arch is journaled after its weights are saved, so a restart repeats neither finished steps nor scores.
+scored arch is journaled after its weights are saved (its INT8 score in a journal of its own), so a restart
+repeats neither finished steps nor scores.
 """
 from __future__ import annotations
 
@@ -58,6 +60,7 @@ class FinalizeConfig:
         warmup_epochs: linear warm-up from 1% of `lr`.
         kd_ratio: weight of the distillation loss from the supernet's largest arch, added to the task loss
             (0 = task loss only, no teacher).
+        int8: also score each finalised arch quantized to INT8 (`nas.quantize`): `final_int8_test_<metric>`.
     """
 
     archs: int = 8
@@ -66,6 +69,7 @@ class FinalizeConfig:
     lr: Optional[float] = None
     warmup_epochs: float = 0.0
     kd_ratio: float = 1.0
+    int8: bool = False
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -276,6 +280,25 @@ def _scores(task, model: nn.Module) -> dict:
     return {f"final_{task.metric}": round(val, 4), **{f"final_{k}": v for k, v in test_scores(task, model).items()}}
 
 
+def _int8_scores(ctx, chosen: Sequence[dict], keys: Sequence[str], evaluator: ArchEvaluator) -> dict[str, float]:
+    """Arch key -> test metric of the finalised arch quantized to INT8; journaled, so a restart scores no arch
+    twice."""
+    from .quantize import int8_metric
+
+    journal = EvaluationJournal(ctx.run_dir.checkpoint_dir / "finalized_int8.jsonl")
+    scored = {r["key"]: r for r in journal.load()}
+    started = time.perf_counter()
+    for record, key in zip(chosen, keys):
+        if key not in scored:
+            net = evaluator.supernet.extract(record["arch"])
+            load_final_weights(ctx.run_dir, record["id"], net)
+            scored[key] = {"key": key, "id": record["id"], "int8": round(int8_metric(net.eval(), ctx.task)[1], 4)}
+            journal.append(scored[key])
+    logger.info("INT8 test %s of %d finalised archs in %.1f s", ctx.task.metric, len(keys),
+                time.perf_counter() - started)
+    return {key: scored[key]["int8"] for key in keys}
+
+
 def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str, dict]:
     """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
     config: FinalizeConfig = ctx.config.search.finalize
@@ -314,12 +337,16 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
             scored[key] = dict(_scores(task, net), key=key, id=record["id"])
             journal.append(scored[key])
     finals = {k: {f: v for f, v in scored[k].items() if f not in ("key", "id")} for k in keys}
+    if config.int8:
+        for key, score in _int8_scores(ctx, chosen, keys, evaluator).items():
+            finals[key][f"final_int8_test_{task.metric}"] = score
     metric = f"final_{task.metric}"
     tau = ranking_fidelity([r[task.metric] for r in chosen], [finals[k][metric] for k in keys])
     logger.info("finalised %d archs in %.0f s; ranking fidelity (Kendall tau, inherited vs finalised val %s): %s",
                 len(chosen), time.perf_counter() - started, task.metric, "n/a" if tau is None else f"{tau:.3f}")
     for record, key in zip(chosen, keys):
-        logger.info("  id %d: latency %.4f ms, %s %.2f inherited -> %.2f finalised (test %.2f)", record["id"],
+        int8 = finals[key].get(f"final_int8_test_{task.metric}")
+        logger.info("  id %d: latency %.4f ms, %s %.2f inherited -> %.2f finalised (test %.2f%s)", record["id"],
                     record["latency_ms"], task.metric, record[task.metric], finals[key][metric],
-                    finals[key][f"final_test_{task.metric}"])
+                    finals[key][f"final_test_{task.metric}"], "" if int8 is None else f", INT8 {int8:.2f}")
     return finals

@@ -144,6 +144,11 @@ class ClassificationTask:
         for x, _ in iterate_eval(self.calib, self.config.eval_batch_size):
             yield x
 
+    def ptq_samples(self, count: int) -> list[torch.Tensor]:
+        """Single-image inputs that calibrate post-training quantization: the first `count` calibration images."""
+        x, _ = self.calib.get_batch(np.arange(min(count, len(self.calib))), None)
+        return list(x.split(1))
+
     def preprocessing(self) -> dict:
         """How a deployed model's input must be prepared (recorded next to exported models)."""
         if isinstance(self.test, TensorImages):

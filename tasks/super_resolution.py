@@ -331,7 +331,7 @@ class SuperResolutionTask:
     metric = "psnr"
 
     def __init__(self, config: SuperResolutionConfig, seed: int):
-        self.config, self.scale = config, config.scale
+        self.config, self.scale, self.seed = config, config.scale, seed
         paths = self._paths(config)
         # held-out images need a border to shave and room for the SSIM window
         min_eval = -(-(2 * config.scale + SSIM_WINDOW) // config.scale)
@@ -389,6 +389,12 @@ class SuperResolutionTask:
     def calibration_batches(self) -> Iterator[torch.Tensor]:
         """Nothing: EDSR-style networks have no batch norm to recalibrate."""
         return iter(())
+
+    def ptq_samples(self, count: int) -> list[torch.Tensor]:
+        """Single-image inputs that calibrate post-training quantization: `count` LR training patches, drawn from
+        the run's seed."""
+        lr, _ = self.train.get_batch(np.arange(count), self.seed)
+        return list(lr.split(1))
 
     def preprocessing(self) -> dict:
         """How a deployed model's input must be prepared and its output read back."""

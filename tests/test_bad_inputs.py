@@ -97,6 +97,18 @@ def _damage(what: str) -> Callable[[Path, RunDir | None], list[str]]:
     return args
 
 
+def _int8_beyond_bound(d: Path, run: RunDir) -> list[str]:
+    """INT8 export of the finalised arch that loses most top-1 in INT8, allowed half of that loss."""
+    from nas.report import read_csv
+
+    drop, arch_id = max((float(r["final_test_top1"]) - float(r["final_int8_test_top1"]), r["id"])
+                        for r in read_csv(run.candidates) if r["final_top1"] != "")
+    if drop <= 0:
+        pytest.skip("no finalised arch of the smoke run loses top-1 in INT8 on this machine")
+    return ["export", str(run.path), "--arch", arch_id, "--format", "openvino", "--precision", "int8", "--max-drop",
+            f"{drop / 2:.4f}"]
+
+
 CASES = {
     # configs and overrides
     "malformed YAML": Case(lambda d, r: ["search", _yaml(d, "a: [1, 2")], "not valid YAML"),
@@ -176,6 +188,10 @@ CASES = {
                                       "--arch 99999: no such id", needs_run=True),
     "export in an unknown format": Case(lambda d, r: ["export", str(r.path), "--arch", "0", "--format", "tflite"],
                                         "invalid choice: 'tflite'", needs_run=True),
+    "int8 export in a format NNCF does not quantize":
+        Case(lambda d, r: ["export", str(r.path), "--arch", "0", "--format", "onnx", "--precision", "int8"],
+             "int8 needs --format openvino", needs_run=True),
+    "int8 export that loses more than allowed": Case(_int8_beyond_bound, "below the float model's", needs_run=True),
 }
 
 

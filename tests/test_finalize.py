@@ -191,6 +191,7 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     shutil.rmtree(run.checkpoint_dir / "final")
     (run.checkpoint_dir / "finalize.pt").unlink()
     (run.checkpoint_dir / "finalized.jsonl").unlink()
+    (run.checkpoint_dir / "finalized_int8.jsonl").unlink()
     original = finalize_module.LockstepTrainer.train_step
     calls = {"n": 0}
 

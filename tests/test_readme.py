@@ -45,6 +45,12 @@ def _front_id(run) -> str:
     return next(r["id"] for r in read_csv(run.candidates) if r["is_pareto"] == "True")
 
 
+def _copy(run, tmp) -> str:
+    """A second run to compare with: a copy of `run`."""
+    shutil.copytree(run.path, tmp / "copy")
+    return str(tmp / "copy")
+
+
 def _vpunn(kind: str, model: str, tmp, table: str = "vpunn") -> list[str]:
     folder = VPUNN_VECTORS / "npu45" if table == "npu45" else VPUNN_VECTORS
     return ["vpunn", kind, model, str(folder / f"{table}_{kind}.csv"), "-o", str(tmp / f"{table}_{kind}.csv")]
@@ -59,9 +65,14 @@ README_COMMANDS = {
         lambda tmp, smoke: [["search", SMOKE, *SHORT, "--out", str(tmp / "r")],
                             ["search", SMOKE, *SHORT, "--out", str(tmp / "r"), "--resume"]],
     "vpunas report RUN_DIR": lambda tmp, smoke: [["report", str(smoke.path)]],
+    "vpunas report RUN_A RUN_B ... -o DIR":
+        lambda tmp, smoke: [["report", str(smoke.path), _copy(smoke, tmp), "-o", str(tmp / "compare")]],
     "vpunas export RUN_DIR --arch ID --format torch|onnx|openvino [-o PATH]":
         lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", fmt, "-o",
                              str(tmp / f"m.{fmt}")] for fmt in ("torch", "onnx", "openvino")],
+    "vpunas export RUN_DIR --arch ID --format openvino --precision int8 [--max-drop X]":
+        lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", "openvino",
+                             "--precision", "int8", "--max-drop", "5", "-o", str(tmp / "m_int8.xml")]],
     "vpunas lut collect CONFIG.yaml [-o TABLE.json] [--device CPU|NPU]":
         lambda tmp, smoke: [["lut", "collect", SMOKE, *FOUR_ARCH_SPACE, "-o", str(tmp / "t.json"), "--device", "CPU",
                              "--warmup", "1", "--repeats", "5", "--validate", "4", "--no-progress"]],
@@ -107,6 +118,7 @@ README_COMMANDS = {
     ".venv/bin/python scripts/bench_dnas.py": ["scripts/bench_dnas.py", "--steps", "1"],
     ".venv/bin/python scripts/bench_quality.py RUN_DIR": ["scripts/bench_quality.py", "{run}", "--repeats", "10"],
     ".venv/bin/python scripts/bench_contention.py": ["scripts/bench_contention.py", SMOKE, "--steps", "4"],
+    ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
     ".venv/bin/python scripts/bench_quality.py runs/fmnist_mobilenet --anchors configs/fmnist_mobilenet_smoke.yaml \\":
         ["scripts/bench_quality.py", "{run}", "--repeats", "10", "--anchors", SMOKE, "--reference-anchors-ms",
          "0.056,0.184", "--reference", "NNI:91.39:0.125:22.8"],

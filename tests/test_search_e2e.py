@@ -20,7 +20,10 @@ from nas.rundir import RunDir
 def test_run_directory_contents(smoke_run):
     rows = read_csv(smoke_run.candidates)
     assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
-                             "macs", "is_pareto", "final_top1", "final_test_top1", "is_final_pareto"]
+                             "macs", "is_pareto", "final_top1", "final_test_top1", "final_int8_test_top1",
+                             "is_final_pareto"]
+    # the smoke config scores the finalised archs in INT8 too (search.finalize.int8)
+    assert all((r["final_int8_test_top1"] != "") == (r["final_top1"] != "") for r in rows)
     assert [int(r["id"]) for r in rows] == list(range(len(rows)))
     assert len({r["arch"] for r in rows}) == len(rows) >= 16  # every evaluated arch once
     mask = pareto_mask([float(r["top1"]) for r in rows], [float(r["latency_ms"]) for r in rows])
@@ -45,10 +48,15 @@ def test_report_rebuilds(smoke_run, capsys):
 
 
 def test_resume_of_a_finished_run_changes_nothing(smoke_run):
+    """Not even when the last INT8 score was lost: it is redone, to the same value."""
     before = smoke_run.candidates.read_text()
     journal = smoke_run.journal.path.read_text()
+    int8_journal = smoke_run.checkpoint_dir / "finalized_int8.jsonl"
+    int8_scores = int8_journal.read_text()
+    int8_journal.write_text("".join(int8_scores.splitlines(keepends=True)[:-1]))
     assert main(["search", SMOKE, "--out", str(smoke_run.path), "--resume", "--no-progress"]) == 0
     assert smoke_run.candidates.read_text() == before and smoke_run.journal.path.read_text() == journal
+    assert int8_journal.read_text() == int8_scores
 
 
 def test_resume_with_another_config_is_refused(smoke_run, capsys):
@@ -98,9 +106,29 @@ def test_export_front_arch(smoke_run, fmt, suffix, tmp_path):
     assert target.exists()
     info = json.loads(target.with_suffix(".json").read_text())
     assert info["id"] == int(arch_id) and info["format"] == fmt and info["max_abs_diff_vs_pytorch"] < 1e-3
+    assert info["precision"] == "fp32"
     assert info["input_shape"] == [1, 1, 28, 28] and info["preprocessing"]["mean"]
     if fmt == "openvino":
         assert target.with_suffix(".bin").exists()
+
+
+def test_int8_export_of_a_finalised_arch(smoke_run, tmp_path):
+    """The INT8 model scores what the run recorded for it, within the default bound of the float model's top-1,
+    which is the run's float test top-1 of that arch."""
+    row = next(r for r in read_csv(smoke_run.candidates) if r["final_top1"] != "")
+    target = tmp_path / "model.xml"
+    assert main(["export", str(smoke_run.path), "--arch", row["id"], "--format", "openvino", "--precision", "int8",
+                 "-o", str(target)]) == 0
+    assert target.exists() and target.with_suffix(".bin").exists()
+    info = json.loads(target.with_suffix(".json").read_text())
+    assert info["precision"] == "int8" and info["max_drop"] == 1.0
+    assert info["float_test_top1"] == float(row["final_test_top1"])
+    assert info["int8_test_top1"] == float(row["final_int8_test_top1"])
+    assert info["int8_drop"] == pytest.approx(info["float_test_top1"] - info["int8_test_top1"], abs=1e-3)
+    assert info["int8_drop"] <= 1.0
+    import openvino as ov
+
+    assert any(op.get_type_name() == "FakeQuantize" for op in ov.Core().read_model(str(target)).get_ops())
 
 
 @pytest.mark.parametrize("cost", ["vpunn:VPU_2_7", "lut", "the run's own"])
