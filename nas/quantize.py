@@ -31,6 +31,8 @@ DEFAULT_MAX_DROP = {"top1": 1.0, "psnr": 0.3}
 def quantize(model: nn.Module, task):
     """The INT8 `openvino.Model` of `model` (a float network in eval mode), calibrated on the task's
     `ptq_samples`."""
+    # NNCF imports torch's C++-extension helper, which warns on stderr that a CUDA folder has no runtime
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     import nncf
     import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters

@@ -126,12 +126,12 @@ def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> 
 class StageClock:
     """Wall time per stage of a run, summed over its sessions, in RUN_DIR/stage_times.json: a resumed run adds
     its own time (a stage it finds done costs it seconds), and a stage cut short by an interrupt counts up to
-    the interrupt."""
+    the interrupt. A session that ends in an error records nothing: a failed command leaves the run directory as
+    it was."""
 
     def __init__(self, run_dir: RunDir):
         self.path = run_dir.stage_times
         self.record = read_stage_times(run_dir) or {"seconds": {}, "sessions": 0}
-        self.record["sessions"] += 1
         self.stage: str | None = None
         self.since = 0.0
 
@@ -142,6 +142,11 @@ class StageClock:
             seconds = self.record["seconds"]
             seconds[self.stage] = round(seconds.get(self.stage, 0.0) + now - self.since, 3)
         self.stage, self.since = stage, now
+
+    def save(self) -> None:
+        """End the current stage and write the record, this session counted."""
+        self.start(None)
+        self.record["sessions"] += 1
         atomic_write_text(self.path, json.dumps(self.record, indent=1) + "\n")
 
 
@@ -199,12 +204,14 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         rows = write_results(ctx, records, test_metrics, finals)
         clock.start("baselines")
         evaluate_baselines(ctx, outcome.evaluator)
-        clock.start(None)
+        clock.save()
         build_report(run_dir)
         logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
                     len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
         return rows
+    except KeyboardInterrupt:  # an interrupted session's time counts; an error's does not
+        clock.save()
+        raise
     finally:
-        clock.start(None)
         logging.getLogger().removeHandler(handler)
         handler.close()

@@ -195,7 +195,7 @@ def test_smoke_search_end_to_end(tmp_path):
     assert all(r["cost_model"] == "vpunn:VPU_2_7" for r in rows)
     front = [r for r in rows if r["is_pareto"] == "True"]
     assert len(front) >= 2 and all(r["test_top1"] != "" for r in front)
-    assert all((r["final_int8_test_top1"] != "") == (r["final_top1"] != "") for r in rows)  # finalised, in INT8 too
+    assert all(r["final_int8_test_top1"] == "" for r in rows)  # INT8 scoring is off in this config
     assert {"depth", "width", "expand"} == set(json.loads(rows[0]["arch"]))
     baselines = {b["name"]: b for b in read_csv(run.baselines)}
     assert set(baselines) == {"largest", "smallest"}
