@@ -46,7 +46,7 @@ def test_nni_regularized_evolution_minimises_lut_latency(tmp_path):
         nni.report_final_result(-latency)
 
     experiment = NasExperiment(NniModelSpace(space), FunctionalEvaluator(evaluate),
-                               RegularizedEvolution(population_size=6, sample_size=3))
+                               RegularizedEvolution(population_size=6, sample_size=3, seed=0))
     experiment.config.max_trial_number = 20
     experiment.config.execution_engine = SequentialEngineConfig()
     experiment.config.experiment_working_directory = str(tmp_path)

@@ -69,17 +69,19 @@ def test_report_without_vpunn_when_the_config_no_longer_loads(smoke_run, tmp_pat
 
 
 def test_stage_times_add_up_over_sessions(tmp_path, monkeypatch):
-    """An interrupted session counts its stage up to the interrupt; a resumed one adds its own time."""
-    ticks = iter([1.0, 4.0, 10.0, 101.0, 103.0])
+    """An interrupted session counts its stage up to the interrupt; a resumed one adds its own time; a session
+    that fails records nothing."""
+    ticks = iter([1.0, 4.0, 10.0, 101.0, 103.0, 200.0])
     monkeypatch.setattr("nas.search.time.perf_counter", lambda: next(ticks))
     run_dir = RunDir(tmp_path)
     first = StageClock(run_dir)
     first.start("training")
     first.start("search")
-    first.start(None)  # interrupted during the search
+    first.save()  # interrupted during the search
     again = StageClock(run_dir)
     again.start("search")
-    again.start(None)
+    again.save()
+    StageClock(run_dir).start("search")  # a session that ends in an error never saves
     assert json.loads(run_dir.stage_times.read_text()) == {"seconds": {"training": 3.0, "search": 8.0},
                                                            "sessions": 2}
 
