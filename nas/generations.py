@@ -68,28 +68,32 @@ class GenerationTable:
             out.append(f"  {a} vs {b}: {'n/a' if tau is None else f'{tau:.3f}'}")
         out.append("")
         out.append(f"Fastest arch at each test {self.metric} level:")
-        differ = 0
-        for level, best in self.levels():
-            differ += len(set(best.values())) > 1
+        levels = self.levels()
+        for level, best in levels:
             out.append(f"  >= {level:.2f}: " + ", ".join(f"{d} arch {best[d]}" for d in self.devices))
-        n = len(self.levels())
-        out.append(f"The fastest arch differs between devices at {differ} of {n} levels: "
+        differ = sum(len(set(best.values())) > 1 for _, best in levels)
+        out.append(f"The fastest arch differs between devices at {differ} of {len(levels)} levels: "
                    + ("one search serves all these devices." if differ == 0 else
                       "search for each device (cost.model=vpunn:DEVICE) where it matters."))
         return out
 
 
 def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str | None = None,
-                          model_dir: str | None = None) -> GenerationTable:
-    """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`)."""
+                          model_dir: str | None = None, rows: Sequence[dict] | None = None,
+                          space=None) -> GenerationTable:
+    """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`).
+
+    `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
+    caller has them; rebuilding the space loads the task's data."""
     from .config import load_config
     from .search import build_task_and_space
 
-    rows = read_csv(run_dir.candidates)
+    rows = read_csv(run_dir.candidates) if rows is None else rows
     metric = metric_of(rows)
     front = [r for r in rows if test_figure(r, metric) is not None]
     config = load_config(run_dir.config)
-    _, space = build_task_and_space(config)
+    if space is None:
+        _, space = build_task_and_space(config)
     blocks = [space.blocks(json.loads(r["arch"])) for r in front]
     options = {"dtype": dtype or config.cost.dtype, **({"model_dir": model_dir} if model_dir else {})}
     latency = {}

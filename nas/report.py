@@ -229,12 +229,13 @@ def _check_run(run_dir: RunDir) -> str:
     return metric_of(rows)
 
 
-def build_report(run_dir: RunDir) -> None:
-    """(Re)build pareto.png and report.html from a run's candidates.csv, baselines.csv and config.yaml."""
+def build_report(run_dir: RunDir, space=None) -> None:
+    """(Re)build pareto.png and report.html from a run's candidates.csv, baselines.csv and config.yaml; `space`
+    (the run's search space, when the caller has it) spares rebuilding it with its task's data."""
     from .report_page import load_run, run_page
 
     _check_run(run_dir)
-    view = load_run(run_dir)
+    view = load_run(run_dir, space=space)
     png = _plot(view.rows, view.baselines, view.metric, view.cost_model)
     atomic_write_bytes(run_dir.pareto_png, png)
     atomic_write_text(run_dir.report_html, run_page(run_dir, view, png))

@@ -55,9 +55,10 @@ class RunView:
     notes: list[str] = field(default_factory=list)
 
 
-def load_run(run_dir: RunDir, prefix: str = "") -> RunView:
+def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     """A run's rows and latencies from every source it has; a source that cannot be had is left out with a note
-    (the VPUNN costing rebuilds the run's space from its config, which may no longer load here)."""
+    (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
+    here)."""
     from .generations import cost_front_on_devices
 
     rows = read_csv(run_dir.candidates)
@@ -69,7 +70,7 @@ def load_run(run_dir: RunDir, prefix: str = "") -> RunView:
     if add_measured(rows, run_dir):
         view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
     try:
-        table = cost_front_on_devices(run_dir, DEVICES)
+        table = cost_front_on_devices(run_dir, DEVICES, rows=rows, space=space)
     except (ValueError, OSError) as exc:  # the errors of a config, data set or model file that do not load
         logger.warning("%s: VPUNN latencies left out: %s", run_dir.path, exc)
         view.notes.append(f"VPUNN latency of {', '.join(DEVICES)} left out: the run could not be costed again "

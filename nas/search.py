@@ -205,7 +205,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         clock.start("baselines")
         evaluate_baselines(ctx, outcome.evaluator)
         clock.save()
-        build_report(run_dir)
+        build_report(run_dir, space=ctx.space)
         logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
                     len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
         return rows

@@ -33,10 +33,7 @@ LAYER_COLUMNS = ("layer_id", "device", "operation", "in_w", "in_h", "in_c", "out
                  "s_w", "s_h", "pad_top", "pad_bottom", "pad_left", "pad_right", "in_dtype", "out_dtype",
                  "activation", "n_tiles", "n_dpu", "strategy")
 #: strategy names of the layer table
-STRATEGY_NAMES = {"NONE": VPUTilingStrategy.NONE, "SOHO": VPUTilingStrategy.SOH_Overlapped,
-                  "SOK": VPUTilingStrategy.SOK, "SOW": VPUTilingStrategy.SOW, "SOHW": VPUTilingStrategy.SOHW,
-                  "SOHK": VPUTilingStrategy.SOHK, "SOHO_K_SWITCH": VPUTilingStrategy.SOHO_K_SWITCH,
-                  "AUTO_MIN": VPUTilingStrategy.AUTO_MIN}
+STRATEGY_NAMES = {("SOHO" if s == VPUTilingStrategy.SOH_Overlapped else s.name): s for s in VPUTilingStrategy}
 _DETAIL_COLUMNS = ("n_tiles_computed", "tile_cycles", "tile_n_workloads", "tile_exec_modes", "tile_out_shapes",
                    "wl_shapes_tile0")
 
