@@ -69,7 +69,8 @@ def _stage_cfgs(space: dict, count: int) -> list[dict]:
 
 
 def _mobilenet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
-    top = max(space.get("expand_ratios") or [e for stage in arch["expand"] for e in stage])
+    stage_ratios = [e for cfg in space.get("stages") or [] for e in cfg.get("expand_ratios") or []]
+    top = max((space.get("expand_ratios") or []) + stage_ratios or [e for stage in arch["expand"] for e in stage])
     out = []
     for s, (depth, kernels, ratios, cfg) in enumerate(zip(arch["depth"], arch["kernel"], arch["expand"],
                                                           _stage_cfgs(space, len(arch["depth"])))):

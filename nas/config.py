@@ -190,14 +190,33 @@ def _apply_overrides(raw: dict, overrides: list[str]) -> dict:
         node = raw
         parts = key.split(".")
         for part in parts[:-1]:
-            if not isinstance(node.get(part, {}), dict):
-                raise ConfigError(f"override {key}: {part} is not a section")
-            node = node.setdefault(part, {})
+            node = _child_section(node, part, key)
+        if isinstance(node, list):
+            node, parts[-1] = _list_slot(node, parts[-1], key)
         try:
             node[parts[-1]] = yaml.safe_load(value) if value != "" else ""
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {key}: value is not valid YAML ({exc.problem})") from None
     return raw
+
+
+def _list_slot(node: list, part: str, key: str) -> tuple[list, int]:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(f"override {key}: {part} is not an index of a list of {len(node)}")
+    return node, int(part)
+
+
+def _child_section(node: dict | list, part: str, key: str) -> dict | list:
+    """The section or list `part` of `node` (a list's item by its index: space.stages.0.depths=[1, 2]), made
+    if absent."""
+    if isinstance(node, list):
+        node, part = _list_slot(node, part, key)
+        child = node[part]
+    else:
+        child = node.setdefault(part, {})
+    if not isinstance(child, (dict, list)):
+        raise ConfigError(f"override {key}: {part} is not a section")
+    return child
 
 
 def _resolve_path(value: str, base: Path) -> str:

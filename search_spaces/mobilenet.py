@@ -3,7 +3,9 @@
 Cai et al., "Once-for-All: Train One Network and Specialize it for Efficient Deployment", ICLR 2020
 (https://arxiv.org/abs/1908.09791). Per block the kernel size (shared weights, centre crop) and the expansion
 ratio (channel slicing) are searched, per stage the depth (the first `depth` blocks run, deeper ones are
-skipped). Stage widths and strides are configured, so the same code serves 28x28 and 224x224 inputs.
+skipped). Stage widths and strides are configured, so the same code serves 28x28 and 224x224 inputs. An expansion
+ratio of 1 drops the block's expand conv (MobileNetV2's t=1 block): at 28x28 that conv is the costliest layer of
+a small arch on the CPU; a stage may search its own ratios (`MobileNetStageConfig.expand_ratios`).
 
 An arch: {"depth": [d per stage], "kernel": [[k per active block] per stage],
 "expand": [[e per active block] per stage]}.
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.nn as nn
@@ -23,9 +25,22 @@ from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 
-__all__ = ["MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual", "MobileNet"]
+__all__ = ["MobileNetStageConfig", "MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
+           "MobileNet", "expanded_width"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
+
+
+@dataclass
+class MobileNetStageConfig(StageConfig):
+    """A stage; `expand_ratios` replaces the space's ratios for its blocks (None = the space's)."""
+
+    expand_ratios: Optional[list[int]] = None
+
+
+def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
+    """A block's expanded width: the input width itself at ratio 1 (no expand conv), else rounded to `divisor`."""
+    return in_channels if expand_ratio == 1 else make_divisible(in_channels * expand_ratio, divisor)
 
 
 @dataclass
@@ -34,7 +49,8 @@ class MobileNetSpaceConfig:
         stem_width / stem_stride: the fixed 3x3 stem conv.
         first_width: a fixed depthwise-separable block after the stem (MobileNetV2's first block); 0 = none.
         stages: the searched stages.
-        kernel_sizes / expand_ratios: per-block choices (odd kernels; ratios of the block's input width).
+        kernel_sizes / expand_ratios: per-block choices (odd kernels; ratios of the block's input width, 1 = no
+            expand conv); a stage may give its own expand_ratios.
         head_width: 1x1 conv before global pooling; 0 = none.
         activation: relu, relu6 or hardswish.
         channel_divisor: expanded widths are rounded to multiples of this (16 suits the VPU's channel tiling).
@@ -44,8 +60,9 @@ class MobileNetSpaceConfig:
     stem_width: int = 16
     stem_stride: int = 1
     first_width: int = 16
-    stages: list[StageConfig] = field(default_factory=lambda: [StageConfig(24, 2), StageConfig(40, 2),
-                                                               StageConfig(80, 1), StageConfig(96, 1)])
+    stages: list[MobileNetStageConfig] = field(default_factory=lambda: [
+        MobileNetStageConfig(24, 2), MobileNetStageConfig(40, 2), MobileNetStageConfig(80, 1),
+        MobileNetStageConfig(96, 1)])
     kernel_sizes: list[int] = field(default_factory=lambda: [3, 5, 7])
     expand_ratios: list[int] = field(default_factory=lambda: [3, 4, 6])
     head_width: int = 256
@@ -99,14 +116,14 @@ class ElasticInvertedResidual(nn.Module):
         self.kernel_size, self.expand_ratio = max(kernel_sizes), max(expand_ratios)
 
     def mid_channels(self, expand_ratio: int) -> int:
-        return make_divisible(self.in_channels * expand_ratio, self.divisor)
+        return expanded_width(self.in_channels, expand_ratio, self.divisor)
 
     def set_active(self, kernel_size: int, expand_ratio: int) -> None:
         self.kernel_size, self.expand_ratio = kernel_size, expand_ratio
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mid = self.mid_channels(self.expand_ratio)
-        h = self.act(self.expand_bn(self.expand_conv(x, out_channels=mid)))
+        h = x if self.expand_ratio == 1 else self.act(self.expand_bn(self.expand_conv(x, out_channels=mid)))
         h = self.act(self.dw_bn(self.dw_conv(h, kernel_size=self.kernel_size)))
         h = self.project_bn(self.project_conv(h, out_channels=self.out_channels))
         return x + h if self.use_shortcut else h
@@ -115,10 +132,9 @@ class ElasticInvertedResidual(nn.Module):
         mid = self.mid_channels(self.expand_ratio)
         block = InvertedResidual(self.in_channels, self.out_channels, kernel_size=self.kernel_size,
                                  mid_channels=mid, stride=self.stride, act_layer=self.act_layer)
-        if mid == self.in_channels:  # the static block has no expand conv then; the elastic one always has
-            raise ArchError(f"expanded width {mid} equals input width {self.in_channels}: use ratios > 1")
-        block.expand[0] = self.expand_conv.export(self.in_channels, mid, 1)
-        block.expand[1] = self.expand_bn.export(mid)
+        if self.expand_ratio != 1:
+            block.expand[0] = self.expand_conv.export(self.in_channels, mid, 1)
+            block.expand[1] = self.expand_bn.export(mid)
         block.depthwise[0] = self.dw_conv.export(mid, mid, self.kernel_size)
         block.depthwise[1] = self.dw_bn.export(mid)
         block.project[0] = self.project_conv.export(mid, self.out_channels, 1)
@@ -135,11 +151,11 @@ class MobileNetSupernet(Supernet):
         self.first = space.first_block() if cfg.first_width else nn.Identity()
         self.stages = nn.ModuleList()
         in_ch = cfg.first_width or cfg.stem_width
-        for stage in cfg.stages:
+        for stage, expands in zip(cfg.stages, space.stage_expands):
             blocks = nn.ModuleList()
             for i in range(max(stage.depths)):
                 blocks.append(ElasticInvertedResidual(in_ch, stage.width, stride=stage.stride if i == 0 else 1,
-                                                      kernel_sizes=cfg.kernel_sizes, expand_ratios=cfg.expand_ratios,
+                                                      kernel_sizes=cfg.kernel_sizes, expand_ratios=expands,
                                                       act_layer=act, channel_divisor=cfg.channel_divisor))
                 in_ch = stage.width
             self.stages.append(blocks)
@@ -186,20 +202,27 @@ class MobileNetSpace(SearchSpace):
                 raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
         if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
             raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
-        if any(e <= 1 for e in config.expand_ratios):
-            raise ArchError(f"space.expand_ratios: ratios must be > 1, got {config.expand_ratios}")
         self.config = config
         self.act_layer = ACTIVATIONS[config.activation]
         self.kernels = tuple(sorted(config.kernel_sizes))
-        self.expands = tuple(sorted(config.expand_ratios))
+        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
+        self.stage_expands = [space_ratios if stage.expand_ratios is None
+                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
+                              for i, stage in enumerate(config.stages)]
+
+    @staticmethod
+    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
+        if not ratios or any(e < 1 for e in ratios):
+            raise ArchError(f"{where}: ratios must be >= 1 (1 = no expand conv), got {ratios}")
+        return tuple(sorted(set(ratios)))
 
     def _build_choices(self) -> list[Choice]:
         choices = []
-        for s, stage in enumerate(self.config.stages):
+        for s, (stage, expands) in enumerate(zip(self.config.stages, self.stage_expands)):
             choices.append(Choice(f"s{s}.depth", tuple(sorted(stage.depths))))
             for b in range(max(stage.depths)):
                 choices.append(Choice(f"s{s}.b{b}.kernel", self.kernels))
-                choices.append(Choice(f"s{s}.b{b}.expand", self.expands))
+                choices.append(Choice(f"s{s}.b{b}.expand", expands))
         return choices
 
     def arch_from_assignment(self, values: dict[str, Any]) -> dict:
@@ -229,7 +252,7 @@ class MobileNetSpace(SearchSpace):
                     raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
             for b in range(max(stage.depths)):
                 values[f"s{s}.b{b}.kernel"] = arch["kernel"][s][b] if b < depth else self.kernels[0]
-                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.expands[0]
+                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.stage_expands[s][0]
         return values
 
     def build_supernet(self) -> MobileNetSupernet:
@@ -243,11 +266,11 @@ class MobileNetSpace(SearchSpace):
     def all_blocks(self) -> list[Block]:
         # every (kernel, expand) pair at every block position of the deepest arch covers all keys
         unique: dict[str, Block] = {}
+        depth = [max(s.depths) for s in self.config.stages]
         for k in self.kernels:
-            for e in self.expands:
-                arch = {"depth": [max(s.depths) for s in self.config.stages]}
-                arch["kernel"] = [[k] * d for d in arch["depth"]]
-                arch["expand"] = [[e] * d for d in arch["depth"]]
+            for i in range(max(len(e) for e in self.stage_expands)):
+                expand = [[expands[min(i, len(expands) - 1)]] * d for d, expands in zip(depth, self.stage_expands)]
+                arch = {"depth": depth, "kernel": [[k] * d for d in depth], "expand": expand}
                 unique.update((b.key, b) for b in self.blocks(arch))
         return list(unique.values())
 
@@ -266,7 +289,7 @@ class MobileNetSpace(SearchSpace):
         for s, stage in enumerate(cfg.stages):
             for b, (k, e) in enumerate(zip(arch["kernel"][s], arch["expand"][s])):
                 stride = stage.stride if b == 0 else 1
-                mid = make_divisible(c * e, cfg.channel_divisor)
+                mid = expanded_width(c, e, cfg.channel_divisor)
                 # the expanded width is in the key: the same ratio gives other widths under another divisor
                 out.append(Block(f"mbconv|k{k}|e{e}|mid{mid}|in{shape(c)}|out{stage.width}|s{stride}|{cfg.activation}",
                                  (1, c, h, w),

@@ -32,6 +32,16 @@ def test_overrides_apply_and_are_typed(tmp_path):
     config = load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["train.epochs=2", "search.evolution.population=6",
                                                                     "cost.model=vpunn:VPU_2_0"])
     assert config.train.epochs == 2 and config.search.evolution.population == 6 and config.cost.model == "vpunn:VPU_2_0"
+    config = load_config(CONFIGS / "fmnist_mobilenet.yaml", ["space.stages.0.expand_ratios=[1, 3]",
+                                                             "space.stages.3.depths=[2]"])
+    assert config.space.stages[0].expand_ratios == [1, 3] and config.space.stages[3].depths == [2]
+    default = load_config(CONFIGS / "fmnist_mobilenet.yaml")
+    assert config.space.stages[1].expand_ratios == default.space.stages[1].expand_ratios
+    for item, message in [("space.stages.9.depths=[1]", "9 is not an index of a list of 4"),
+                          ("space.stages.x.depths=[1]", "x is not an index"),
+                          ("space.stem_width.a=1", "stem_width is not a section")]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(CONFIGS / "fmnist_mobilenet.yaml", [item])
 
 
 @pytest.mark.parametrize("data, message", [

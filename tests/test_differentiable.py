@@ -111,6 +111,23 @@ def test_one_hot_gates_run_exactly_the_supernet_arch(spaces, family, mode):
         torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
 
 
+def test_one_hot_gates_run_a_ratio_1_block_exactly():
+    """A stage that also searches ratio 1 (no expand conv): its gate lets the block's input through."""
+    space = build_space(load_config(SMOKE, ["space.stages.0.expand_ratios=[1, 3, 6]"]).space,
+                        input_shape=(1, 28, 28), num_outputs=10)
+    torch.manual_seed(0)
+    relaxed = build_relaxed(space).eval()
+    arch_params = ArchParameters(space.choices)
+    x = torch.randn(4, 1, 28, 28)
+    rng = np.random.default_rng(2)
+    archs = [space.smallest()] + [space.sample(rng) for _ in range(4)]
+    assert any(1 in arch["expand"][0] for arch in archs) and any(6 in arch["expand"][0] for arch in archs)
+    for arch in archs:
+        out = relaxed(x, arch_params.one_hot(space.assignment_from_arch(arch)))
+        relaxed.supernet.set_active(arch)
+        torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("relaxation", RELAXATIONS)
 @pytest.mark.parametrize("family, spec", COSTED)
 def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family, spec, relaxation):

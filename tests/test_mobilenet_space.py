@@ -4,14 +4,12 @@ import torch
 
 from conftest import sampled_archs
 from search_spaces import ArchError, arch_key, build_space, space_config_class
-from search_spaces.common import StageConfig
-from search_spaces.mobilenet import MobileNetSpaceConfig
+from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig as StageConfig
 
 
 def small_space(**overrides):
-    cfg = MobileNetSpaceConfig(stem_width=8, stem_stride=2, first_width=8,
-                               stages=[StageConfig(16, 1, [1, 2]), StageConfig(24, 2, [2, 3])], head_width=32,
-                               **overrides)
+    overrides.setdefault("stages", [StageConfig(16, 1, [1, 2]), StageConfig(24, 2, [2, 3])])
+    cfg = MobileNetSpaceConfig(stem_width=8, stem_stride=2, first_width=8, head_width=32, **overrides)
     return build_space(cfg, input_shape=(1, 28, 28), num_outputs=10)
 
 
@@ -53,7 +51,7 @@ def test_mutation_changes_only_some_genes_and_is_seeded():
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_extracted_subnet_matches_supernet(seed):
     torch.manual_seed(seed)
-    space = small_space()
+    space = small_space() if seed < 2 else stage_t1_space()
     supernet = space.build_supernet()
     archs = [space.largest(), space.smallest(), space.sample(np.random.default_rng(seed))]
     supernet.train()
@@ -84,8 +82,9 @@ def test_extracted_subnet_is_independent_of_the_supernet():
     torch.testing.assert_close(subnet(x), before)
 
 
-def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch():
-    space = small_space()
+@pytest.mark.parametrize("make_space", [small_space, lambda: stage_t1_space()])
+def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch(make_space):
+    space = make_space()
     supernet = space.build_supernet()
     all_keys = {b.key for b in space.all_blocks()}
     rng = np.random.default_rng(3)
@@ -101,9 +100,38 @@ def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch():
         assert [l.op for l in whole] == [l.op for l in by_block]
 
 
+def stage_t1_space():
+    """The small space whose first stage also searches ratio 1 (no expand conv)."""
+    return small_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [2, 3])])
+
+
+def test_a_stage_searches_its_own_ratios_and_ratio_1_drops_the_expand_conv():
+    space = stage_t1_space()
+    assert space.smallest()["expand"] == [[1], [3, 3]] and space.largest()["expand"] == [[3, 3], [6, 6, 6]]
+    torch.manual_seed(0)
+    supernet = space.build_supernet()
+    supernet.train()
+    arch = {"depth": [2, 2], "kernel": [[5, 3], [3, 7]], "expand": [[1, 3], [4, 6]]}
+    supernet.set_active(arch)
+    supernet(torch.randn(16, 1, 28, 28))
+    supernet.eval()
+    x = torch.randn(4, 1, 28, 28)
+    subnet = supernet.extract(arch).eval()
+    torch.testing.assert_close(subnet(x), supernet(x), rtol=1e-5, atol=1e-5)
+    t1_block = subnet.blocks[1]  # after the fixed first block
+    assert isinstance(t1_block.expand, torch.nn.Identity) and t1_block.depthwise[0].in_channels == 8
+    assert not isinstance(subnet.blocks[2].expand, torch.nn.Identity)
+    key = space.blocks(arch)[2].key
+    assert "|e1|mid8|in8x" in key
+    with pytest.raises(ArchError, match=r"s1.b0.expand"):  # ratio 1 is only the first stage's
+        space.validate({"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[1], [1, 3]]})
+
+
 def test_space_config_errors_name_the_field():
     with pytest.raises(ArchError, match="expand_ratios"):
-        small_space(expand_ratios=[1, 3])
+        small_space(expand_ratios=[0, 3])
+    with pytest.raises(ArchError, match=r"stages\[1\].expand_ratios"):
+        small_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], expand_ratios=[])])
     with pytest.raises(ArchError, match="kernel_sizes"):
         small_space(kernel_sizes=[2, 3])
 

@@ -6,7 +6,9 @@ FBNetV2: Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565):
 * kernel: ONE depthwise conv with the largest kernel, whose weight is multiplied by the gate-weighted sum of
   centred k x k masks (a centre-cropped kernel padded back to full size computes the same as the crop);
 * expansion: the expanded channels are multiplied by the gate-weighted sum of prefix masks (channel c is kept
-  by every ratio whose expanded width exceeds c), after the expand and after the depthwise activation.
+  by every ratio whose expanded width exceeds c), after the expand and after the depthwise activation; ratio 1
+  (no expand conv) feeds the block's input, zero-padded to the expanded width, to the depthwise conv under its
+  gate.
 
 Per stage the output is the gate-weighted sum of the outputs after each searched depth (FBNetV2), so a step
 costs one forward of the largest arch and every gate gets a gradient from the task loss.
@@ -30,18 +32,24 @@ class RelaxedMobileNet(RelaxedSupernet):
     def __init__(self, space: MobileNetSpace, supernet):
         super().__init__(space, supernet)
         self.depths = self.stage_depths()
-        for s, blocks in enumerate(supernet.stages):
+        for s, (blocks, expands) in enumerate(zip(supernet.stages, space.stage_expands)):
+            # the gate of ratio 1 leaves the expand conv's output out and lets the block's input through
+            self.register_buffer(f"expanded_{s}", torch.tensor([float(e != 1) for e in expands]), persistent=False)
             for b, block in enumerate(blocks):
-                mids = [block.mid_channels(e) for e in space.expands]
+                mids = [block.mid_channels(e) for e in expands]
                 self.register_buffer(f"cmask_{s}_{b}", prefix_masks(mids, block.dw_conv.out_channels),
                                      persistent=False)
                 self.register_buffer(f"kmask_{s}_{b}", centred_kernel_masks(space.kernels), persistent=False)
 
     def _block(self, s: int, b: int, x: torch.Tensor, kernel_gate: torch.Tensor, expand_gate: torch.Tensor):
         block = self.supernet.stages[s][b]
-        cmask = (expand_gate @ getattr(self, f"cmask_{s}_{b}")).view(1, -1, 1, 1)
+        masks, expanded = getattr(self, f"cmask_{s}_{b}"), getattr(self, f"expanded_{s}")
+        cmask = (expand_gate @ masks).view(1, -1, 1, 1)
         kmask = torch.einsum("k,kij->ij", kernel_gate, getattr(self, f"kmask_{s}_{b}"))
-        h = block.act(block.expand_bn(block.expand_conv(x))) * cmask
+        h = block.act(block.expand_bn(block.expand_conv(x))) * ((expand_gate * expanded) @ masks).view(1, -1, 1, 1)
+        if not bool(expanded.all()):
+            passed = expand_gate @ (1 - expanded)
+            h = h + passed * F.pad(x, (0, 0, 0, 0, 0, h.shape[1] - x.shape[1]))
         dw = block.dw_conv
         h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
         h = block.act(block.dw_bn(h)) * cmask
