@@ -16,7 +16,7 @@ __all__ = ["add_search_parser", "add_report_parser", "add_export_parser", "add_l
 def add_search_parser(sub) -> None:
     p = sub.add_parser("search", help="run (or resume) a whole search: train, search, report",
                        description="Run a search from a YAML config; key=value arguments override config keys "
-                                   "(e.g. train.epochs=1 search.generations=3).")
+                                   "(e.g. train.epochs=1 search.evolution.generations=3 space.stages.0.depths=[1,2]).")
     p.add_argument("config", help="YAML config (see configs/)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.add_argument("--out", help="run directory (default runs/<config name>)")
