@@ -7,6 +7,10 @@ skipped). Stage widths and strides are configured, so the same code serves 28x28
 ratio of 1 drops the block's expand conv (MobileNetV2's t=1 block): at 28x28 that conv is the costliest layer of
 a small arch on the CPU; a stage may search its own ratios (`MobileNetStageConfig.expand_ratios`).
 
+MobileNetV3 (Howard et al., "Searching for MobileNetV3", ICCV 2019, https://arxiv.org/abs/1905.02244) adds two
+per-stage settings: squeeze-excite after the depthwise conv (`se`; its reduce width follows the active expanded
+width, as in OFA's MobileNetV3 space) and the stage's activation (`activation`: relu early, hardswish later).
+
 An arch: {"depth": [d per stage], "kernel": [[k per active block] per stage],
 "expand": [[e per active block] per stage]}.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional
 
 import torch
@@ -26,16 +31,22 @@ from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 
 __all__ = ["MobileNetStageConfig", "MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
-           "MobileNet", "expanded_width"]
+           "SqueezeExcite", "MobileNet", "expanded_width", "se_width"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
 
 
 @dataclass
 class MobileNetStageConfig(StageConfig):
-    """A stage; `expand_ratios` replaces the space's ratios for its blocks (None = the space's)."""
+    """A stage. Args:
+        expand_ratios: replace the space's ratios for its blocks (None = the space's).
+        se: squeeze-excite in each of its blocks (MobileNetV3).
+        activation: of its blocks (relu, relu6 or hardswish; None = the space's).
+    """
 
     expand_ratios: Optional[list[int]] = None
+    se: bool = False
+    activation: Optional[str] = None
 
 
 def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
@@ -43,16 +54,22 @@ def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
     return in_channels if expand_ratio == 1 else make_divisible(in_channels * expand_ratio, divisor)
 
 
+def se_width(channels: int) -> int:
+    """The squeeze-excite reduce width for `channels` expanded channels: a quarter, rounded to 8 (MobileNetV3)."""
+    return make_divisible(channels // 4, 8)
+
+
 @dataclass
 class MobileNetSpaceConfig:
     """Args:
         stem_width / stem_stride: the fixed 3x3 stem conv.
         first_width: a fixed depthwise-separable block after the stem (MobileNetV2's first block); 0 = none.
+        first_activation: that block's activation (None = `activation`; MobileNetV3 uses relu there).
         stages: the searched stages.
         kernel_sizes / expand_ratios: per-block choices (odd kernels; ratios of the block's input width, 1 = no
             expand conv); a stage may give its own expand_ratios.
         head_width: 1x1 conv before global pooling; 0 = none.
-        activation: relu, relu6 or hardswish.
+        activation: relu, relu6 or hardswish: of the stem, the head and every stage that names none.
         channel_divisor: expanded widths are rounded to multiples of this (16 suits the VPU's channel tiling).
     """
 
@@ -60,6 +77,7 @@ class MobileNetSpaceConfig:
     stem_width: int = 16
     stem_stride: int = 1
     first_width: int = 16
+    first_activation: Optional[str] = None
     stages: list[MobileNetStageConfig] = field(default_factory=lambda: [
         MobileNetStageConfig(24, 2), MobileNetStageConfig(40, 2), MobileNetStageConfig(80, 1),
         MobileNetStageConfig(96, 1)])
@@ -72,21 +90,38 @@ class MobileNetSpaceConfig:
 
 
 # ------------------------------------------------------------------------------------------ static modules
+class SqueezeExcite(nn.Module):
+    """MobileNetV3's squeeze-excite: global average pool, 1x1 reduce, ReLU, 1x1 expand, hard sigmoid, and the
+    input scaled channel-wise by the result."""
+
+    def __init__(self, channels: int, reduced: int):
+        super().__init__()
+        self.reduce = nn.Conv2d(channels, reduced, 1)
+        self.act = nn.ReLU()
+        self.expand = nn.Conv2d(reduced, channels, 1)
+        self.gate = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.gate(self.expand(self.act(self.reduce(x.mean((2, 3), keepdim=True)))))
+
+
 class InvertedResidual(nn.Module):
-    """MobileNetV2 block: 1x1 expand, k x k depthwise, 1x1 project; identity shortcut when shapes allow."""
+    """MobileNetV2 block: 1x1 expand, k x k depthwise, optional squeeze-excite (MobileNetV3), 1x1 project;
+    identity shortcut when shapes allow."""
 
     def __init__(self, in_channels: int, out_channels: int, *, kernel_size: int, mid_channels: int, stride: int,
-                 act_layer: type[nn.Module] = nn.ReLU6):
+                 act_layer: type[nn.Module] = nn.ReLU6, se: bool = False):
         super().__init__()
         self.expand = (ConvBnAct(in_channels, mid_channels, 1, act_layer=act_layer)
                        if mid_channels != in_channels else nn.Identity())
         self.depthwise = ConvBnAct(mid_channels, mid_channels, kernel_size, stride=stride, groups=mid_channels,
                                    act_layer=act_layer)
+        self.se = SqueezeExcite(mid_channels, se_width(mid_channels)) if se else nn.Identity()
         self.project = ConvBnAct(mid_channels, out_channels, 1, act_layer=None)
         self.use_shortcut = stride == 1 and in_channels == out_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.project(self.depthwise(self.expand(x)))
+        out = self.project(self.se(self.depthwise(self.expand(x))))
         return x + out if self.use_shortcut else out
 
 
@@ -95,11 +130,34 @@ class MobileNet(StemBlocksHead):
 
 
 # ------------------------------------------------------------------------------------------ elastic modules
+class ElasticSqueezeExcite(nn.Module):
+    """Squeeze-excite over the active expanded channels (OFA's DynamicSE): the reduce width follows them
+    (`se_width`), and both 1x1 convs use the leading slices of the largest block's weights."""
+
+    def __init__(self, max_channels: int):
+        super().__init__()
+        self.reduce = ElasticConv2d(max_channels, se_width(max_channels), 1, bias=True)
+        self.act = nn.ReLU()
+        self.expand = ElasticConv2d(se_width(max_channels), max_channels, 1, bias=True)
+        self.gate = nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        channels = x.shape[1]
+        s = self.act(self.reduce(x.mean((2, 3), keepdim=True), out_channels=se_width(channels)))
+        return x * self.gate(self.expand(s, out_channels=channels))
+
+    def export(self, channels: int) -> SqueezeExcite:
+        se = SqueezeExcite(channels, se_width(channels))
+        se.reduce = self.reduce.export(channels, se_width(channels), 1)
+        se.expand = self.expand.export(se_width(channels), channels, 1)
+        return se
+
+
 class ElasticInvertedResidual(nn.Module):
     """An inverted-residual block whose kernel and expansion are chosen per forward by `set_active`."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, kernel_sizes, expand_ratios,
-                 act_layer: type[nn.Module], channel_divisor: int):
+                 act_layer: type[nn.Module], channel_divisor: int, se: bool = False):
         super().__init__()
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
         self.divisor = channel_divisor
@@ -108,6 +166,8 @@ class ElasticInvertedResidual(nn.Module):
         self.expand_bn = ElasticBatchNorm2d(max_mid)
         self.dw_conv = ElasticConv2d(max_mid, max_mid, max(kernel_sizes), stride=stride, depthwise=True)
         self.dw_bn = ElasticBatchNorm2d(max_mid)
+        self.use_se = se
+        self.se = ElasticSqueezeExcite(max_mid) if se else nn.Identity()
         self.project_conv = ElasticConv2d(max_mid, out_channels, 1)
         self.project_bn = ElasticBatchNorm2d(out_channels)
         self.act = act_layer()
@@ -124,19 +184,21 @@ class ElasticInvertedResidual(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mid = self.mid_channels(self.expand_ratio)
         h = x if self.expand_ratio == 1 else self.act(self.expand_bn(self.expand_conv(x, out_channels=mid)))
-        h = self.act(self.dw_bn(self.dw_conv(h, kernel_size=self.kernel_size)))
+        h = self.se(self.act(self.dw_bn(self.dw_conv(h, kernel_size=self.kernel_size))))
         h = self.project_bn(self.project_conv(h, out_channels=self.out_channels))
         return x + h if self.use_shortcut else h
 
     def extract(self) -> InvertedResidual:
         mid = self.mid_channels(self.expand_ratio)
         block = InvertedResidual(self.in_channels, self.out_channels, kernel_size=self.kernel_size,
-                                 mid_channels=mid, stride=self.stride, act_layer=self.act_layer)
+                                 mid_channels=mid, stride=self.stride, act_layer=self.act_layer, se=self.use_se)
         if self.expand_ratio != 1:
             block.expand[0] = self.expand_conv.export(self.in_channels, mid, 1)
             block.expand[1] = self.expand_bn.export(mid)
         block.depthwise[0] = self.dw_conv.export(mid, mid, self.kernel_size)
         block.depthwise[1] = self.dw_bn.export(mid)
+        if self.use_se:
+            block.se = self.se.export(mid)
         block.project[0] = self.project_conv.export(mid, self.out_channels, 1)
         block.project[1] = self.project_bn.export(self.out_channels)
         return block
@@ -151,12 +213,13 @@ class MobileNetSupernet(Supernet):
         self.first = space.first_block() if cfg.first_width else nn.Identity()
         self.stages = nn.ModuleList()
         in_ch = cfg.first_width or cfg.stem_width
-        for stage, expands in zip(cfg.stages, space.stage_expands):
+        for stage, expands, stage_act in zip(cfg.stages, space.stage_expands, space.stage_activations):
             blocks = nn.ModuleList()
             for i in range(max(stage.depths)):
                 blocks.append(ElasticInvertedResidual(in_ch, stage.width, stride=stage.stride if i == 0 else 1,
                                                       kernel_sizes=cfg.kernel_sizes, expand_ratios=expands,
-                                                      act_layer=act, channel_divisor=cfg.channel_divisor))
+                                                      act_layer=ACTIVATIONS[stage_act],
+                                                      channel_divisor=cfg.channel_divisor, se=stage.se))
                 in_ch = stage.width
             self.stages.append(blocks)
         self.head = ClassifierHead(in_ch, cfg.head_width, space.num_outputs, dropout=cfg.dropout, act_layer=act)
@@ -193,8 +256,6 @@ class MobileNetSpace(SearchSpace):
 
     def __init__(self, config: MobileNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
-        if config.activation not in ACTIVATIONS:
-            raise ArchError(f"space.activation: {config.activation!r} is not one of {sorted(ACTIVATIONS)}")
         if not config.stages:
             raise ArchError("space.stages: at least one stage is needed")
         for i, stage in enumerate(config.stages):
@@ -203,12 +264,24 @@ class MobileNetSpace(SearchSpace):
         if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
             raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
         self.config = config
-        self.act_layer = ACTIVATIONS[config.activation]
+        self.act_layer = ACTIVATIONS[self._activation(config.activation, "space.activation")]
+        self.first_activation = self._activation(config.first_activation or config.activation,
+                                                 "space.first_activation")
+        #: per stage: the name of its blocks' activation
+        self.stage_activations = [self._activation(stage.activation or config.activation,
+                                                   f"space.stages[{i}].activation")
+                                  for i, stage in enumerate(config.stages)]
         self.kernels = tuple(sorted(config.kernel_sizes))
         space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
         self.stage_expands = [space_ratios if stage.expand_ratios is None
                               else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
                               for i, stage in enumerate(config.stages)]
+
+    @staticmethod
+    def _activation(name: str, where: str) -> str:
+        if name not in ACTIVATIONS:
+            raise ArchError(f"{where}: {name!r} is not one of {sorted(ACTIVATIONS)}")
+        return name
 
     @staticmethod
     def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
@@ -261,10 +334,11 @@ class MobileNetSpace(SearchSpace):
     def first_block(self) -> InvertedResidual:
         cfg = self.config
         return InvertedResidual(cfg.stem_width, cfg.first_width, kernel_size=3, mid_channels=cfg.stem_width,
-                                stride=1, act_layer=self.act_layer)
+                                stride=1, act_layer=ACTIVATIONS[self.first_activation])
 
     def all_blocks(self) -> list[Block]:
-        # every (kernel, expand) pair at every block position of the deepest arch covers all keys
+        # every (kernel, expand) pair at every block position of the deepest arch covers all keys (a stage's
+        # squeeze-excite and activation are fixed, so its blocks' keys vary with these two only)
         unique: dict[str, Block] = {}
         depth = [max(s.depths) for s in self.config.stages]
         for k in self.kernels:
@@ -283,18 +357,20 @@ class MobileNetSpace(SearchSpace):
                      lambda c=c: ConvBnAct(c, cfg.stem_width, 3, stride=cfg.stem_stride, act_layer=act))]
         c, h, w = cfg.stem_width, -(-h // cfg.stem_stride), -(-w // cfg.stem_stride)
         if cfg.first_width:
-            out.append(Block(f"mbconv|k3|e1|mid{c}|in{shape(c)}|out{cfg.first_width}|s1|{cfg.activation}", (1, c, h, w),
-                             self.first_block))
+            out.append(Block(f"mbconv|k3|e1|mid{c}|in{shape(c)}|out{cfg.first_width}|s1|{self.first_activation}",
+                             (1, c, h, w), self.first_block))
             c = cfg.first_width
-        for s, stage in enumerate(cfg.stages):
+        for s, (stage, stage_act) in enumerate(zip(cfg.stages, self.stage_activations)):
             for b, (k, e) in enumerate(zip(arch["kernel"][s], arch["expand"][s])):
                 stride = stage.stride if b == 0 else 1
                 mid = expanded_width(c, e, cfg.channel_divisor)
-                # the expanded width is in the key: the same ratio gives other widths under another divisor
-                out.append(Block(f"mbconv|k{k}|e{e}|mid{mid}|in{shape(c)}|out{stage.width}|s{stride}|{cfg.activation}",
+                # the expanded width is in the key: the same ratio gives other widths under another divisor; a
+                # block with squeeze-excite ends in its reduce width (keys without it name blocks without SE)
+                se = f"|se{se_width(mid)}" if stage.se else ""
+                out.append(Block(f"mbconv|k{k}|e{e}|mid{mid}|in{shape(c)}|out{stage.width}|s{stride}|{stage_act}{se}",
                                  (1, c, h, w),
-                                 lambda c=c, o=stage.width, k=k, mid=mid, s=stride: InvertedResidual(
-                                     c, o, kernel_size=k, mid_channels=mid, stride=s, act_layer=act)))
+                                 partial(InvertedResidual, c, stage.width, kernel_size=k, mid_channels=mid,
+                                         stride=stride, act_layer=ACTIVATIONS[stage_act], se=stage.se)))
                 c, h, w = stage.width, -(-h // stride), -(-w // stride)
         out.append(Block(f"head|in{shape(c)}|mid{cfg.head_width}|out{self.num_outputs}|{cfg.activation}",
                          (1, c, h, w), lambda c=c: ClassifierHead(c, cfg.head_width, self.num_outputs,

@@ -128,6 +128,44 @@ def test_one_hot_gates_run_a_ratio_1_block_exactly():
         torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
 
 
+#: the smoke space with MobileNetV3's settings: squeeze-excite (also on ratio 1), relu early, hardswish late
+SE_OVERRIDES = ["space.activation=hardswish", "space.stages.0.expand_ratios=[1, 3, 6]", "space.stages.0.se=true",
+                "space.stages.0.activation=relu", "space.stages.2.se=true"]
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_one_hot_gates_run_a_squeeze_excite_space_exactly(mode):
+    """SE blocks under gates: the reduce width follows the expansion gate, as the supernet slices it."""
+    space = build_space(load_config(SMOKE, SE_OVERRIDES).space, input_shape=(1, 28, 28), num_outputs=10)
+    torch.manual_seed(0)
+    relaxed = build_relaxed(space)
+    getattr(relaxed.supernet, mode)()
+    arch_params = ArchParameters(space.choices)
+    x = torch.randn(4, 1, 28, 28)
+    rng = np.random.default_rng(3)
+    archs = [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(4)]
+    assert len({e for arch in archs for e in arch["expand"][2]}) == 3  # every ratio of an SE stage is run
+    for arch in archs:
+        torch.manual_seed(1)  # the same dropout mask in train mode
+        out = relaxed(x, arch_params.one_hot(space.assignment_from_arch(arch)))
+        relaxed.supernet.set_active(arch)
+        torch.manual_seed(1)
+        expected = relaxed.supernet(x)
+        # relative to the outputs' scale: fresh batch-norm statistics leave eval-mode outputs near 1e-6
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5 * float(expected.detach().abs().max()))
+
+
+def test_expected_latency_of_a_squeeze_excite_space_is_its_cost_model_latency(cost_models):
+    space = build_space(load_config(SMOKE, SE_OVERRIDES).space, input_shape=(1, 28, 28), num_outputs=10)
+    model = cost_models[VPUNN]
+    latency = ExpectedLatency(space, build_relaxed(space).cost_terms(), model)
+    arch_params = ArchParameters(space.choices)
+    rng = np.random.default_rng(0)
+    for arch in [space.largest(), space.smallest()] + [space.sample(rng) for _ in range(3)]:
+        expected = float(latency(arch_params.one_hot(space.assignment_from_arch(arch))))
+        assert expected == pytest.approx(model.latency_ms(space.blocks(arch)), rel=1e-9)
+
+
 @pytest.mark.parametrize("relaxation", RELAXATIONS)
 @pytest.mark.parametrize("family, spec", COSTED)
 def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family, spec, relaxation):

@@ -2,7 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import sampled_archs
+from conftest import SMOKE, sampled_archs
+from hw_cost import load_cost_model
+from nas.config import load_config
 from search_spaces import ArchError, arch_key, build_space, space_config_class
 from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig as StageConfig
 
@@ -48,10 +50,11 @@ def test_mutation_changes_only_some_genes_and_is_seeded():
     assert space.mutate(arch, np.random.default_rng(1), prob=0.0) == arch
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_extracted_subnet_matches_supernet(seed):
+@pytest.mark.parametrize("seed, make_space", [(0, small_space), (1, small_space), (2, lambda: stage_t1_space()),
+                                              (3, lambda: se_space()), (4, lambda: se_space())])
+def test_extracted_subnet_matches_supernet(seed, make_space):
     torch.manual_seed(seed)
-    space = small_space() if seed < 2 else stage_t1_space()
+    space = make_space()
     supernet = space.build_supernet()
     archs = [space.largest(), space.smallest(), space.sample(np.random.default_rng(seed))]
     supernet.train()
@@ -82,7 +85,7 @@ def test_extracted_subnet_is_independent_of_the_supernet():
     torch.testing.assert_close(subnet(x), before)
 
 
-@pytest.mark.parametrize("make_space", [small_space, lambda: stage_t1_space()])
+@pytest.mark.parametrize("make_space", [small_space, lambda: stage_t1_space(), lambda: se_space()])
 def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch(make_space):
     space = make_space()
     supernet = space.build_supernet()
@@ -103,6 +106,61 @@ def test_blocks_cover_the_subnet_and_all_blocks_cover_every_arch(make_space):
 def stage_t1_space():
     """The small space whose first stage also searches ratio 1 (no expand conv)."""
     return small_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [2, 3])])
+
+
+def se_space():
+    """The small space with MobileNetV3's settings: a relu first block and stage (with squeeze-excite and ratio 1),
+    then hardswish; squeeze-excite in the last stage too."""
+    return small_space(activation="hardswish", first_activation="relu",
+                       stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3], se=True, activation="relu"),
+                               StageConfig(24, 2, [1, 2]), StageConfig(24, 1, [1, 2], se=True)])
+
+
+def test_squeeze_excite_follows_the_active_expanded_width():
+    """The extracted block's SE reduces to a quarter of the active expanded width (rounded to 8) and holds the
+    leading slices of the supernet's weights; stages without SE have none."""
+    space = se_space()
+    supernet = space.build_supernet()
+    arch = {"depth": [2, 1, 2], "kernel": [[3, 5], [7], [3, 5]], "expand": [[1, 3], [6], [4, 6]]}
+    subnet = supernet.extract(arch)
+    blocks = list(subnet.blocks)[1:]  # after the fixed first block
+    widths = [(b.depthwise[0].out_channels, None if isinstance(b.se, torch.nn.Identity) else b.se.reduce.out_channels)
+              for b in blocks]
+    assert widths == [(8, 8), (48, 16), (96, None), (96, 24), (144, 40)]
+    assert isinstance(subnet.blocks[0].se, torch.nn.Identity)  # the first block has none
+    se, elastic = blocks[3].se, supernet.stages[2][0].se  # ratio 4 of 6: 96 of 144 channels, SE 24 of 40
+    assert elastic.reduce.weight.shape[:2] == (40, 144)
+    assert torch.equal(se.reduce.weight, elastic.reduce.weight[:24, :96])
+    assert torch.equal(se.reduce.bias, elastic.reduce.bias[:24])
+    assert torch.equal(se.expand.weight, elastic.expand.weight[:96, :24])
+    assert torch.equal(se.expand.bias, elastic.expand.bias[:96])
+    acts = [type(b.depthwise[2]).__name__ for b in subnet.blocks]
+    assert acts == ["ReLU", "ReLU", "ReLU", "Hardswish", "Hardswish", "Hardswish"]
+
+
+def test_block_keys_name_squeeze_excite_and_activation():
+    arch = {"depth": [1, 1, 1], "kernel": [[3], [3], [3]], "expand": [[3], [3], [3]]}
+    keys = [b.key for b in se_space().blocks(arch)]
+    assert keys[:2] == ["stem|in1x28x28|out8|k3|s2|hardswish", "mbconv|k3|e1|mid8|in8x14x14|out8|s1|relu"]
+    assert keys[2:5] == ["mbconv|k3|e3|mid24|in8x14x14|out16|s1|relu|se8",
+                         "mbconv|k3|e3|mid48|in16x14x14|out24|s2|hardswish",
+                         "mbconv|k3|e3|mid72|in24x7x7|out24|s1|hardswish|se24"]
+    plain = small_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [1, 2]),
+                                StageConfig(24, 1, [1, 2])])
+    assert [b.key for b in plain.blocks(arch)][2:5] == ["mbconv|k3|e3|mid24|in8x14x14|out16|s1|relu6",
+                                                        "mbconv|k3|e3|mid48|in16x14x14|out24|s2|relu6",
+                                                        "mbconv|k3|e3|mid72|in24x7x7|out24|s1|relu6"]
+    # the cost layers of an SE block: global pool, two 1x1 convs (relu, hard sigmoid), the channel-wise product
+    layers = se_space().blocks(arch)[4].layers()
+    assert [(l.op, l.activation) for l in layers[2:6]] == [("global_avgpool", "none"), ("conv", "relu"),
+                                                           ("conv", "hardsigmoid"), ("mul", "none")]
+
+
+def test_default_configs_keep_their_block_keys():
+    """Without SE and stage activations the keys are those of the shipped CPU latency table (which covers them)."""
+    config = load_config(SMOKE)
+    space = build_space(config.space, input_shape=(1, 28, 28), num_outputs=10)
+    load_cost_model(config.cost.model).check_covers(space.all_blocks())
 
 
 def test_a_stage_searches_its_own_ratios_and_ratio_1_drops_the_expand_conv():
@@ -134,6 +192,10 @@ def test_space_config_errors_name_the_field():
         small_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], expand_ratios=[])])
     with pytest.raises(ArchError, match="kernel_sizes"):
         small_space(kernel_sizes=[2, 3])
+    with pytest.raises(ArchError, match=r"stages\[1\].activation: 'gelu'"):
+        small_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], activation="gelu")])
+    with pytest.raises(ArchError, match="first_activation"):
+        small_space(first_activation="swish")
 
 
 def test_arch_key_is_canonical():

@@ -8,7 +8,10 @@ FBNetV2: Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565):
 * expansion: the expanded channels are multiplied by the gate-weighted sum of prefix masks (channel c is kept
   by every ratio whose expanded width exceeds c), after the expand and after the depthwise activation; ratio 1
   (no expand conv) feeds the block's input, zero-padded to the expanded width, to the depthwise conv under its
-  gate.
+  gate;
+* squeeze-excite (a stage's `se`): it runs on the masked expanded channels (those past the active width are 0,
+  so they add nothing to its pooled input), and its reduced channels are multiplied by the gate-weighted sum of
+  prefix masks of each ratio's reduce width, as the supernet slices them.
 
 Per stage the output is the gate-weighted sum of the outputs after each searched depth (FBNetV2), so a step
 costs one forward of the largest arch and every gate gets a gradient from the task loss.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from search_spaces.mobilenet import MobileNetSpace
+from search_spaces.mobilenet import MobileNetSpace, se_width
 
 from .relaxation import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks, register_relaxed
 
@@ -40,6 +43,10 @@ class RelaxedMobileNet(RelaxedSupernet):
                 self.register_buffer(f"cmask_{s}_{b}", prefix_masks(mids, block.dw_conv.out_channels),
                                      persistent=False)
                 self.register_buffer(f"kmask_{s}_{b}", centred_kernel_masks(space.kernels), persistent=False)
+                if block.use_se:
+                    self.register_buffer(f"rmask_{s}_{b}", prefix_masks([se_width(m) for m in mids],
+                                                                        block.se.reduce.out_channels),
+                                         persistent=False)
 
     def _block(self, s: int, b: int, x: torch.Tensor, kernel_gate: torch.Tensor, expand_gate: torch.Tensor):
         block = self.supernet.stages[s][b]
@@ -53,8 +60,16 @@ class RelaxedMobileNet(RelaxedSupernet):
         dw = block.dw_conv
         h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
         h = block.act(block.dw_bn(h)) * cmask
+        if block.use_se:
+            h = self._squeeze_excite(block.se, h, (expand_gate @ getattr(self, f"rmask_{s}_{b}")).view(1, -1, 1, 1))
         h = block.project_bn(block.project_conv(h))
         return x + h if block.use_shortcut else h
+
+    @staticmethod
+    def _squeeze_excite(se, h: torch.Tensor, rmask: torch.Tensor) -> torch.Tensor:
+        """`ElasticSqueezeExcite` at full width, its reduced channels multiplied by `rmask`."""
+        s = se.act(F.conv2d(h.mean((2, 3), keepdim=True), se.reduce.weight, se.reduce.bias)) * rmask
+        return h * se.gate(F.conv2d(s, se.expand.weight, se.expand.bias))
 
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         net = self.supernet
