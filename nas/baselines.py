@@ -7,12 +7,27 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
   outside the space's ranges for families that build reference networks (e.g. the EDSR-baseline, 16 blocks x
   64 channels). Training checkpoints under checkpoint/, so an interrupted run resumes it.
 * `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
+* `reference` (classification): a torchvision network, `network: mobilenet_v2` (with `width:`, its multiplier,
+  default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
+  grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is
+  (the run's recipe and step budget, checkpointed under checkpoint/). `epochs:` or `train_steps:` in the entry
+  replaces the recipe's budget for that network alone (the schedule is stretched to it). The trained weights and
+  scores are cached across runs (`nas.baseline_cache`: `$VPUNAS_CACHE`, else ~/.cache/vpunas/baselines), so a
+  run with the same data settings, recipe, seed and input shape does not train it again. The network is costed
+  whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`).
+  For example:
+
+      baselines:
+        - {name: mnv2-1.4, type: reference, network: mobilenet_v2, width: 1.4}
+        - {name: resnet50, type: reference, network: resnet50}
+        - {name: mnv2-0.35-short, type: reference, network: mobilenet_v2, width: 0.35, train_steps: 500}
 
 Tasks with a `scores(model, split)` method (super-resolution: PSNR and SSIM) get every test score recorded.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import re
 from typing import Callable
@@ -20,12 +35,15 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from hw_cost import CostModelError
 from search_spaces import ArchError, Supernet, arch_key
 
+from .baseline_cache import BaselineCache, cache_key
 from .config import ConfigError
 from .evaluation import ArchEvaluator, CachedEvaluator, complexity, test_scores
+from .reference_networks import check_reference, describe_reference, reference_block, reference_network
 from .report import write_csv
-from .supernet_training import SupernetTrainer
+from .supernet_training import SupernetTrainer, TrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -111,18 +129,99 @@ def _check_standalone(ctx, spec: dict) -> None:
     _standalone_network(ctx, spec)
 
 
-def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    arch, net, blocks, origin = _standalone_network(ctx, spec)
+def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) -> tuple[nn.Module, int]:
+    """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ (an interrupted run
+    resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
-    trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, ctx.config.train, ctx.config.seed,
+    trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt")
     trainer.train(progress=ctx.progress)
-    model = trainer.trained_model.net.eval()
+    return trainer.trained_model.net.eval(), trainer.total_steps
+
+
+def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    arch, net, blocks, origin = _standalone_network(ctx, spec)
+    model, steps = _train_from_scratch(ctx, spec, net, ctx.config.train)
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(model, "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
-            "note": f"{origin}, trained from scratch ({trainer.total_steps} steps, the supernet's recipe)"}
+            "note": f"{origin}, trained from scratch ({steps} steps, the supernet's recipe)"}
+
+
+def _reference_network(ctx, spec: dict) -> dict:
+    """The checked {network[, width]} of a reference spec (MobileNetV2's width defaults to 1.0)."""
+    where = f"baselines[{spec['name']}]"
+    if getattr(ctx.task, "num_classes", 0) < 1:
+        raise ConfigError(f"{where}: type reference needs a classification task")
+    if "network" not in spec:
+        raise ConfigError(f"{where}.network: a reference baseline names its network (e.g. mobilenet_v2, resnet50)")
+    try:
+        check_reference(spec["network"], spec.get("width"))
+    except ValueError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    if spec["network"] == "mobilenet_v2":
+        return {"network": "mobilenet_v2", "width": float(spec.get("width", 1.0))}
+    return {"network": spec["network"]}
+
+
+def _reference_recipe(ctx, spec: dict) -> TrainConfig:
+    """The run's recipe, with the entry's own `epochs` or `train_steps` budget when it gives one."""
+    where = f"baselines[{spec['name']}]"
+    if "epochs" in spec and "train_steps" in spec:
+        raise ConfigError(f"{where}: give epochs or train_steps, not both")
+    if "train_steps" in spec:
+        steps = spec["train_steps"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError(f"{where}.train_steps: expected a whole number >= 1, got {steps!r}")
+        return dataclasses.replace(ctx.config.train, epochs=steps / ctx.task.train_batches.steps_per_epoch())
+    if "epochs" in spec:
+        epochs = spec["epochs"]
+        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
+            raise ConfigError(f"{where}.epochs: expected a number > 0, got {epochs!r}")
+        return dataclasses.replace(ctx.config.train, epochs=float(epochs))
+    return ctx.config.train
+
+
+def _check_reference(ctx, spec: dict) -> None:
+    _check_keys(spec, {"name", "type", "network", "width", "epochs", "train_steps"})
+    network = _reference_network(ctx, spec)
+    _reference_recipe(ctx, spec)
+    block = reference_block(network["network"], ctx.task.input_shape, ctx.task.num_classes, network.get("width"))
+    try:
+        ctx.cost_model.check_covers([block])
+    except CostModelError:
+        raise ConfigError(f"baselines[{spec['name']}]: {ctx.cost_model.name} cannot cost a whole "
+                          f"{network['network']} (a latency table holds the blocks of a search space); cost the run "
+                          "with cost.model: vpunn:..., or set cost.measure_missing: true to measure it here") from None
+
+
+def _reference(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    network = _reference_network(ctx, spec)
+    name, width, task, seed = network["network"], network.get("width"), ctx.task, ctx.config.seed
+    recipe = _reference_recipe(ctx, spec)
+    cache = BaselineCache()
+    key = cache_key(network, task.input_shape, task.num_classes, ctx.config.task, recipe, seed)
+
+    def fresh() -> nn.Module:
+        torch.manual_seed(seed)
+        return reference_network(name, task.input_shape, task.num_classes, width)
+
+    cached = cache.load(key, fresh())
+    if cached is not None:
+        logger.info("baselines[%s]: trained weights and scores from the cache (%s)", spec["name"], cache.path(key))
+        scores, steps = cached.scores, cached.steps
+    else:
+        model, steps = _train_from_scratch(ctx, spec, fresh(), recipe)
+        scores = {task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model)}
+        logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
+                    cache.store(key, model, scores, steps))
+    block = reference_block(name, task.input_shape, task.num_classes, width)
+    params, macs = complexity([block])
+    return {"arch": network, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
+            "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
+            "note": f"{describe_reference(name, task.input_shape, width)}, trained from scratch ({steps} steps, the "
+                    "supernet's recipe)"}
 
 
 def _check_bicubic(ctx, spec: dict) -> None:
@@ -145,7 +244,8 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
 #: type -> (check of a spec, run before any work; scoring)
 BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {"subnet": (_check_subnet, _subnet),
                                                         "standalone": (_check_standalone, _standalone),
-                                                        "bicubic": (_check_bicubic, _bicubic)}
+                                                        "bicubic": (_check_bicubic, _bicubic),
+                                                        "reference": (_check_reference, _reference)}
 
 
 def check_baselines(ctx) -> None:

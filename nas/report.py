@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "build_comparison",
            "CANDIDATE_COLUMNS", "metric_of", "test_figure", "headline", "baseline_matches", "BaselineMatch",
-           "fidelity_of", "read_stage_times"]
+           "fidelity_of", "read_stage_times", "reference_label", "paper_sentence"]
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
                      "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "final_int8_test_{metric}",
@@ -160,10 +160,26 @@ def test_figure(row: dict, metric: str) -> float | None:
     return None if value == "" else float(value)
 
 
+def reference_label(row: dict) -> str | None:
+    """The papers' name of a reference baseline (a baselines.csv row whose arch names a torchvision network,
+    `nas.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
+    try:
+        arch = json.loads(row.get("arch") or "null")
+    except ValueError:
+        return None
+    if not isinstance(arch, dict) or not isinstance(arch.get("network"), str):
+        return None
+    if arch["network"] == "mobilenet_v2":
+        width = f"{float(arch.get('width', 1.0)):g}"
+        return f"MobileNetV2-{width}{'' if '.' in width else '.0'}"
+    return f"ResNet{arch['network'].removeprefix('resnet')}-style"
+
+
 @dataclass
 class BaselineMatch:
     """A baseline (`figure` on the test split at `latency_ms`) and the fastest searched arch at least as good
-    (`arch_id` None when none is)."""
+    (`arch_id` None when none is). `label` is the papers' name of a reference baseline (`reference_label`), else
+    empty."""
 
     name: str
     figure: float
@@ -171,10 +187,16 @@ class BaselineMatch:
     arch_id: str | None = None
     arch_figure: float = float("nan")
     arch_latency_ms: float = float("nan")
+    label: str = ""
 
     @property
     def fps_ratio(self) -> float:
         return self.latency_ms / self.arch_latency_ms
+
+    @property
+    def title(self) -> str:
+        """The baseline's name, with its papers' name when that differs."""
+        return f"{self.name} ({self.label})" if self.label and self.label != self.name else self.name
 
 
 def baseline_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[BaselineMatch]:
@@ -187,7 +209,7 @@ def baseline_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: st
     for b in baselines:
         if test_figure(b, metric) is None:
             continue
-        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]))
+        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]), label=reference_label(b) or "")
         good = [s for s in searched if s[0] >= match.figure]
         if good:
             match.arch_figure, match.arch_latency_ms, match.arch_id = min(good, key=lambda s: (s[1], -s[0]))
@@ -199,11 +221,36 @@ def headline(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> li
     """`baseline_matches` in words, one line per baseline."""
     lines = []
     for m in baseline_matches(rows, baselines, metric):
-        given = f"{m.name} ({m.figure:.2f} test {metric} at {m.latency_ms:.4g} ms)"
+        given = f"{m.title} ({m.figure:.2f} test {metric} at {m.latency_ms:.4g} ms)"
         lines.append(f"{given}: no searched arch reaches it" if m.arch_id is None else
                      f"{given}: arch {m.arch_id} has {m.arch_figure:.2f} at {m.arch_latency_ms:.4g} ms, "
                      f"{m.fps_ratio:.2f}x the fps")
     return lines
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
+
+
+def paper_sentence(matches: Sequence[BaselineMatch], metric: str) -> str:
+    """`baseline_matches` in the papers' form: "1.3x fps over MobileNetV2-1.4 and 2.2x over ResNet50-style at
+    equal accuracy" (classification: the reference baselines by their papers' names when the run has any, else
+    every baseline), "1.08x PSNR and 6.0x fps over EDSR" (super-resolution); then the baselines no searched arch
+    reaches. Empty without a baseline with a test figure."""
+    if metric != "psnr" and any(m.label for m in matches):
+        matches = [m for m in matches if m.label]
+    name = lambda m: m.label or m.name
+    found = [m for m in matches if m.arch_id is not None]
+    if metric == "psnr":
+        clause = _join([f"{m.arch_figure / m.figure:.2f}x PSNR and {m.fps_ratio:.1f}x fps over {name(m)}"
+                        for m in found])
+    else:
+        clause = _join([f"{m.fps_ratio:.1f}x{' fps' if i == 0 else ''} over {name(m)}" for i, m in enumerate(found)])
+        clause += " at equal accuracy" if found else ""
+    missed = [name(m) for m in matches if m.arch_id is None]
+    if missed:
+        clause += ("; " if clause else "") + f"no searched arch reaches {_join(missed)}"
+    return clause
 
 
 def read_stage_times(run_dir: RunDir) -> dict | None:

@@ -20,7 +20,8 @@ import yaml
 
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .pareto import pareto_mask
-from .report import fidelity_of, headline, metric_of, read_csv, read_stage_times, test_figure
+from .report import (baseline_matches, fidelity_of, headline, metric_of, paper_sentence, read_csv, read_stage_times,
+                     test_figure)
 from .rundir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -314,11 +315,15 @@ def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
 
 # ------------------------------------------------------------------------------------------------ run facts
 def _headline_section(view: RunView) -> str:
+    """The papers' sentence with the run's numbers (`paper_sentence`), then each baseline's match."""
     lines = headline(view.rows, view.baselines, view.metric)
     if not lines:
         return ""
+    sentence = paper_sentence(baseline_matches(view.rows, view.baselines, view.metric), view.metric)
     items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
-    return f"<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
+    return (f'<p class="headline"><b>Searched: {html.escape(sentence)}</b> (test split, latency on '
+            f"<code>{html.escape(view.cost_model)}</code>).</p><p>Against the baselines, on the test split:</p>"
+            f"<ul>{items}</ul>")
 
 
 def _correction_note(run_dir: RunDir) -> str:

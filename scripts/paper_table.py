@@ -5,21 +5,20 @@
 For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch at least as
 good on the test split and its fps ratio (`nas.report.baseline_matches`, the report's headline; PSNR runs also
 get the PSNR ratio), all on the run's own cost model; then one sentence in the papers' form ("1.3x fps over
-MobileNetV2-1.4 and 2.2x over ResNet50 at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our numbers.
+MobileNetV2-1.4 and 2.2x over ResNet50-style at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our
+numbers (`nas.report.paper_sentence`). A classification run's sentence compares against its reference baselines
+(`type: reference`, found by their network whatever their names: MobileNetV2-<width>, ResNet<depth>-style)
+when it has any, else against all its baselines.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from nas.report import baseline_matches, metric_of, read_csv
+from nas.report import baseline_matches, metric_of, paper_sentence, read_csv
 from nas.rundir import RunDir
 
 UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
-
-
-def _join(items: list[str]) -> str:
-    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else "".join(items)
 
 
 def run_table(run_dir: RunDir) -> tuple[list[str], str]:
@@ -36,21 +35,11 @@ def run_table(run_dir: RunDir) -> tuple[list[str], str]:
              "|---|---|---|---|---|---|---|" + ("---|" if psnr else "")]
     for m in matches:
         found = m.arch_id is not None
-        lines.append(f"| {m.name} | {m.figure:.2f} | {m.latency_ms:.4g} | "
+        lines.append(f"| {m.title} | {m.figure:.2f} | {m.latency_ms:.4g} | "
                      + (f"{m.arch_id} | {m.arch_figure:.2f} | {m.arch_latency_ms:.4g} | {m.fps_ratio:.2f}x |"
                         if found else "none as good | | | |")
                      + ((f" {m.arch_figure / m.figure:.3f}x |" if found else " |") if psnr else ""))
-    found = [m for m in matches if m.arch_id is not None]
-    if psnr:
-        clause = _join([f"{m.arch_figure / m.figure:.2f}x PSNR and {m.fps_ratio:.1f}x fps over {m.name}"
-                        for m in found])
-    else:
-        clause = _join([f"{m.fps_ratio:.1f}x{' fps' if i == 0 else ''} over {m.name}" for i, m in enumerate(found)])
-        clause += " at equal accuracy" if found else ""
-    missed = [m.name for m in matches if m.arch_id is None]
-    if missed:
-        clause += ("; " if clause else "") + f"no searched arch reaches {_join(missed)}"
-    return lines, clause or "no baseline with a test figure"
+    return lines, paper_sentence(matches, metric) or "no baseline with a test figure"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -174,6 +174,16 @@ CASES = {
                                   "baselines[b].type: unknown 'teacher'"),
     "unknown baseline key": Case(_search(SMOKE, "baselines=[{name: b, type: standalone, colour: 1}]"),
                                  "baselines[b]: unknown keys ['colour']"),
+    "unknown reference network": Case(_search(SMOKE, "baselines=[{name: r, type: reference, network: vgg16}]"),
+                                      "baselines[r].network: unknown 'vgg16'"),
+    "bad reference width": Case(_search(SMOKE, "baselines=[{name: r, type: reference, network: mobilenet_v2, "
+                                               "width: -1}]"), "baselines[r].width: expected a width multiplier"),
+    "reference costed by a latency table": Case(_search(SMOKE, "baselines=[{name: r, type: reference, "
+                                                               "network: resnet18}]"),
+                                                "cannot cost a whole resnet18"),
+    "reference network for super-resolution": Case(_search(SR_SMOKE, "baselines=[{name: r, type: reference, "
+                                                                     "network: resnet18}]"),
+                                                   "baselines[r]: type reference needs a classification task"),
     "repeated baseline name": Case(_search(SMOKE, "baselines=[{name: b}, {name: b, arch: smallest}]"),
                                    "names must be unique; repeated: b"),
     # training that diverges stops before the bad step's update

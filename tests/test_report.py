@@ -153,3 +153,22 @@ def test_arch_pictures(family):
 def test_arch_of_another_family_is_its_json():
     assert arch_svg({"cells": [1, 2]}) is None
     assert arch_summary({"cells": [1, 2]}) == '{"cells":[1,2]}'
+
+
+def test_papers_sentence_names_reference_baselines_by_network():
+    """Reference baselines are found by their network, whatever their names; the subnet baseline stays out of the
+    sentence while references exist."""
+    from nas.report import baseline_matches, paper_sentence, reference_label
+
+    rows = [{"id": "4", "latency_ms": "1.0", "test_top1": "92.0"}, {"id": "7", "latency_ms": "2.0", "test_top1": "93"}]
+    base = [{"name": "largest", "test_top1": "91", "latency_ms": "3", "arch": '{"depth":[1]}'},
+            {"name": "a", "test_top1": "91.5", "latency_ms": "1.3", "arch": '{"network":"mobilenet_v2","width":1.4}'},
+            {"name": "b", "test_top1": "92.5", "latency_ms": "4.4", "arch": '{"network":"resnet50"}'},
+            {"name": "c", "test_top1": "95", "latency_ms": "9", "arch": '{"network":"mobilenet_v2","width":1.0}'}]
+    assert [reference_label(b) for b in base] == [None, "MobileNetV2-1.4", "ResNet50-style", "MobileNetV2-1.0"]
+    matches = baseline_matches(rows, base, "top1")
+    assert [m.title for m in matches] == ["largest", "a (MobileNetV2-1.4)", "b (ResNet50-style)",
+                                          "c (MobileNetV2-1.0)"]
+    assert paper_sentence(matches, "top1") == ("1.3x fps over MobileNetV2-1.4 and 2.2x over ResNet50-style at "
+                                               "equal accuracy; no searched arch reaches MobileNetV2-1.0")
+    assert paper_sentence(matches[:1], "top1") == "3.0x fps over largest at equal accuracy"
