@@ -79,7 +79,8 @@ def _mobilenet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
         boxes += [_Box("", 1.0, 3, ghost=True) for _ in range(most - depth)]
         width = f" · {cfg['width']} ch" if "width" in cfg else ""
         stride = f" · stride {cfg['stride']}" if "stride" in cfg else ""
-        out.append((f"stage {s + 1}{width}{stride} · depth {depth}/{most}", boxes))
+        extras = (" · SE" if cfg.get("se") else "") + (f" · {cfg['activation']}" if cfg.get("activation") else "")
+        out.append((f"stage {s + 1}{width}{stride}{extras} · depth {depth}/{most}", boxes))
     return out
 
 

@@ -150,6 +150,13 @@ def test_arch_pictures(family):
     assert arch_svg(arch) is not None and arch_summary(arch)  # without the space config too
 
 
+def test_arch_picture_names_a_stage_s_squeeze_excite_and_activation():
+    arch, space, *_ = ARCHS["mobilenet"]
+    stages = [space["stages"][0], dict(space["stages"][1], se=True, activation="hardswish", expand_ratios=[1, 8])]
+    svg = arch_svg(arch, dict(space, stages=stages))
+    assert "stage 2 · 24 ch · stride 2 · SE · hardswish · depth 2/2" in svg and "stage 1 · 16 ch · stride 1 · depth" in svg
+
+
 def test_arch_of_another_family_is_its_json():
     assert arch_svg({"cells": [1, 2]}) is None
     assert arch_summary({"cells": [1, 2]}) == '{"cells":[1,2]}'
