@@ -2,11 +2,16 @@
 
 A user's mistake (missing file, malformed config or model file, unknown model or device, invalid workload)
 ends with one line on stderr and exit status 2, never a traceback.
+
+Under torchrun (`nas.distributed`) only rank 0 logs at INFO and prints results; the other processes log warnings
+and errors only.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import os
 import sys
 
 from .runtime import interrupt_on_sigterm, keep_freed_memory
@@ -58,12 +63,19 @@ def main(argv: list[str] | None = None) -> int:
         extra = [a for a in extra if a not in leftover_overrides]
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     keep_freed_memory()
     interrupt_on_sigterm()
+    from .distributed import Distributed, cleanup
+
     try:
-        return int(args.handler(args) or 0)
+        main_process = Distributed.from_environment().is_main
+        level = logging.DEBUG if args.verbose else logging.INFO if main_process else logging.WARNING
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                            datefmt="%H:%M:%S")
+        with contextlib.ExitStack() as quiet:
+            if not main_process:  # rank 0 prints the results
+                quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
+            return int(args.handler(args) or 0)
     except _user_errors() as exc:
         if args.verbose:
             raise
@@ -72,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("vpunas: interrupted; finished work is saved (resume a search with --resume)", file=sys.stderr)
         return 130
+    finally:
+        cleanup()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,7 +17,10 @@ import yaml
 
 from .errors import ConfigError
 
-__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml"]
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "DEVICES"]
+
+#: values of the top-level `device` key
+DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -71,6 +74,7 @@ class _TopLevel:
     seed: int = 0
     threads: int = 0
     adapt_threads: bool = True
+    device: str = "auto"
     task: Any = None
     space: Any = None
     train: Any = None
@@ -117,6 +121,8 @@ class RunConfig:
         baselines: reference models marked on the front, e.g. {name: largest, arch: largest}.
         adapt_threads: training drops to 1 thread while another process slows it down (`nas.runtime.
             ThreadGovernor`, logged); false keeps `threads` fixed, for bit-identical results on a busy machine.
+        device: where supernet training, evaluation, finalisation and subnet baselines run: "cpu", "cuda", or "auto"
+            (CUDA when torch finds a device; resolved when the run starts and recorded in its config.yaml).
     """
 
     name: str
@@ -129,6 +135,7 @@ class RunConfig:
     cost: CostConfig
     baselines: list[dict] = field(default_factory=list)
     adapt_threads: bool = True
+    device: str = "auto"
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -265,6 +272,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("baselines: expected a list of mappings, each with a name")
     if top.threads < 0:
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
+    if top.device not in DEVICES:
+        raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(DEVICES)}")
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space,
                      train=_structured(TrainConfig, top.train, "train"), search=search, cost=cost,
-                     baselines=baselines, adapt_threads=top.adapt_threads)
+                     baselines=baselines, adapt_threads=top.adapt_threads, device=top.device)

@@ -4,16 +4,19 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+import torch
 import torch.nn as nn
 
 from hw_cost import Block, CostModel
 from search_spaces import SearchSpace, Supernet, arch_key
+from tasks.data import to_device
 
-from .supernet_training import recalibrate_batchnorm, to_channels_last
+from .distributed import Distributed
+from .supernet_training import device_of, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity", "test_scores"]
+__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity", "test_scores", "fed_from_cpu"]
 
 
 def complexity(blocks: list[Block]) -> tuple[int, int]:
@@ -22,8 +25,27 @@ def complexity(blocks: list[Block]) -> tuple[int, int]:
     return sum(layer.params for layer in layers), sum(layer.macs for layer in layers)
 
 
+class _FedFromCpu(nn.Module):
+    """A model on an accelerator as the tasks' CPU loops call it: inputs copied over, outputs copied back."""
+
+    def __init__(self, model: nn.Module, device: torch.device):
+        super().__init__()
+        self.model, self.device = model, device
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(to_device(x, self.device)).cpu()
+
+
+def fed_from_cpu(model: nn.Module) -> nn.Module:
+    """`model` callable with CPU batches (a task's evaluation loop) wherever its weights are; on the CPU the model
+    itself."""
+    device = device_of(model)
+    return model if device.type == "cpu" else _FedFromCpu(model, device)
+
+
 def test_scores(task, model: nn.Module) -> dict:
     """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
+    model = fed_from_cpu(model)
     scores = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
     return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
 
@@ -32,23 +54,25 @@ class ArchEvaluator:
     """Evaluates subnets of a trained supernet.
 
     The subnet is extracted as a standalone module (so what is scored is exactly what would be exported), its
-    batch norms are recalibrated on the task's calibration images, then it is evaluated on a split.
+    batch norms are recalibrated on the task's calibration images, then it is evaluated on a split. Subnets
+    live on the supernet's device (`device`).
     """
 
     def __init__(self, space: SearchSpace, supernet: Supernet, task, cost_model: CostModel,
                  channels_last: bool = True):
         self.space, self.supernet, self.task, self.cost_model = space, supernet, task, cost_model
         self.channels_last = channels_last
+        self.device = device_of(supernet)
 
     def subnet(self, arch: dict) -> nn.Module:
         """The standalone subnet of `arch` with inherited weights and recalibrated batch norm."""
-        sub = self.supernet.extract(arch)
+        sub = self.supernet.extract(arch).to(self.device)
         if self.channels_last:
             to_channels_last(sub)
         return recalibrate_batchnorm(sub, self.task.calibration_batches(), self.channels_last)
 
     def metric(self, arch: dict, split: str = "val") -> float:
-        return float(self.task.evaluate(self.subnet(arch), split))
+        return float(self.task.evaluate(fed_from_cpu(self.subnet(arch)), split))
 
     def latency_ms(self, arch: dict) -> float:
         return self.cost_model.latency_ms(self.space.blocks(arch))
@@ -58,7 +82,7 @@ class ArchEvaluator:
         arch = self.space.validate(arch)
         subnet = subnet if subnet is not None else self.subnet(arch)
         params, macs = complexity(self.space.blocks(arch))
-        metric = float(self.task.evaluate(subnet, "val"))
+        metric = float(self.task.evaluate(fed_from_cpu(subnet), "val"))
         return {"key": arch_key(arch), "arch": arch, self.task.metric: round(metric, 4),
                 "latency_ms": round(self.latency_ms(arch), 6), "cost_model": self.cost_model.name,
                 "params": params, "macs": macs}
@@ -68,24 +92,46 @@ class CachedEvaluator:
     """Wraps an evaluation function with the run's journal: finished evaluations are never repeated.
 
     `records` holds every evaluation in the order it was first made; an arch's `id` is its position there, so
-    replaying a search after a restart assigns the same ids.
+    replaying a search after a restart assigns the same ids. With several processes (`dist`), `evaluate_all`
+    spreads a list's new evaluations over them; every process keeps all records, and rank 0 writes the journal.
     """
 
-    def __init__(self, evaluate: Callable[[dict], dict], journal, key: Callable[[dict], str] = arch_key):
+    def __init__(self, evaluate: Callable[[dict], dict], journal, key: Callable[[dict], str] = arch_key, *,
+                 dist: Distributed | None = None):
         self._evaluate, self.journal, self._key = evaluate, journal, key
+        self.dist = dist if dist is not None else Distributed()
         self.records: list[dict] = journal.load()
         self._by_key = {r["key"]: r for r in self.records}
         self.new_evaluations = 0
 
+    def _add(self, key: str, result: dict, extra: dict) -> None:
+        record = dict(result, id=len(self.records), **extra)
+        if self.dist.is_main:
+            self.journal.append(record)
+        self.records.append(record)
+        self._by_key[key] = record
+        self.new_evaluations += 1
+
     def __call__(self, arch: dict, **extra) -> dict:
+        """The record of `arch`, evaluated in this process if it is new."""
         key = self._key(arch)
         if key not in self._by_key:
-            record = dict(self._evaluate(arch), id=len(self.records), **extra)
-            self.journal.append(record)
-            self.records.append(record)
-            self._by_key[key] = record
-            self.new_evaluations += 1
+            self._add(key, self._evaluate(arch), extra)
         return self._by_key[key]
+
+    def evaluate_all(self, archs: list[dict], **extra) -> list[dict]:
+        """The records of `archs`, in order. The new ones (each once) are evaluated spread over the processes,
+        each arch whole in one process, and recorded in the order of `archs`: ids, journal and records do not
+        depend on the number of processes. One process journals each arch as soon as it is scored."""
+        if not self.dist.enabled:
+            return [self(arch, **extra) for arch in archs]
+        new = {}
+        for arch in archs:
+            new.setdefault(self._key(arch), arch)
+        todo = [(key, arch) for key, arch in new.items() if key not in self._by_key]
+        for (key, _), result in zip(todo, self.dist.map(self._evaluate, [arch for _, arch in todo])):
+            self._add(key, result, extra)
+        return [self._by_key[self._key(arch)] for arch in archs]
 
     def __contains__(self, arch: dict) -> bool:
         return self._key(arch) in self._by_key

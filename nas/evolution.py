@@ -108,20 +108,27 @@ class EvolutionStrategy:
         return Problem(n_var=len(self.space.choices), n_obj=1 + len(self.config.costs), n_ieq_constr=n_constr,
                        xl=0, xu=self.space.gene_upper_bounds().astype(float), vtype=int)
 
-    def run(self, evaluate: Callable[..., dict],
-            on_generation: Callable[[int], None] | None = None) -> None:
-        """Run all generations; `evaluate(arch, generation=g)` scores an arch, `on_generation(g)` follows each."""
+    def run(self, evaluate: Callable[..., dict] | None = None,
+            on_generation: Callable[[int], None] | None = None, *,
+            evaluate_generation: Callable[[list[dict], int], list[dict]] | None = None) -> None:
+        """Run all generations; `on_generation(g)` follows each. Archs are scored one by one by
+        `evaluate(arch, generation=g)`, or a generation's at once by `evaluate_generation(archs, g)` (records in
+        the order of `archs`; e.g. spread over processes)."""
         from pymoo.core.evaluator import Evaluator
         from pymoo.problems.static import StaticProblem
 
+        if (evaluate is None) == (evaluate_generation is None):
+            raise TypeError("EvolutionStrategy.run: give either evaluate or evaluate_generation")
+        if evaluate_generation is None:
+            evaluate_generation = lambda archs, g: [evaluate(arch, generation=g) for arch in archs]
         problem = self._problem()
         algorithm = self._algorithm()
         algorithm.setup(problem, termination=("n_gen", self.config.generations), seed=self.seed, verbose=False)
         generation = 0
         while algorithm.has_next():
             pop = algorithm.ask()
-            records = [evaluate(self.space.decode(np.rint(x).astype(np.int64)), generation=generation)
-                       for x in pop.get("X")]
+            records = evaluate_generation([self.space.decode(np.rint(x).astype(np.int64)) for x in pop.get("X")],
+                                          generation)
             objectives = np.array([[-r[self.metric], *(r[c] for c in self.config.costs)] for r in records],
                                   dtype=float)
             values = {"F": objectives}

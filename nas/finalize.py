@@ -32,9 +32,9 @@ import torch
 import torch.nn as nn
 
 from search_spaces import arch_key
-from tasks.data import batch_seed
+from tasks.data import batch_seed, to_device
 
-from .evaluation import ArchEvaluator, test_scores
+from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
 from .runtime import StopRequests, ThreadGovernor, check_finite
@@ -151,14 +151,19 @@ class LockstepTrainer:
         seed: run seed (dropout and other torch-side noise per step).
         checkpoint_path: file of the training state; loaded when it exists.
         names: one per net (checked on resume: a checkpoint of other archs is refused).
+        device: where the nets (and the teacher) train; they are moved there.
     """
 
     def __init__(self, nets: list[nn.Module], teacher: nn.Module | None, task, train: TrainConfig,
-                 config: FinalizeConfig, seed: int, checkpoint_path: Path, names: list[str]):
+                 config: FinalizeConfig, seed: int, checkpoint_path: Path, names: list[str], *,
+                 device: torch.device | str = "cpu"):
         from timm.optim import create_optimizer_v2
 
         self.nets, self.teacher, self.task, self.train_config, self.config = nets, teacher, task, train, config
         self.seed, self.checkpoint_path, self.names = seed, Path(checkpoint_path), list(names)
+        self.device = torch.device(device)
+        for net in [*nets, *([teacher] if teacher is not None else [])]:
+            net.to(self.device)
         if train.channels_last:
             for net in nets:
                 to_channels_last(net)
@@ -245,6 +250,7 @@ class LockstepTrainer:
                         break
                     if self.train_config.channels_last:
                         x = x.contiguous(memory_format=torch.channels_last)
+                    x, y = to_device(x, self.device), to_device(y, self.device)
                     torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
                     with governor.timed_step():
                         losses = self.train_step(x, y)
@@ -276,7 +282,7 @@ def load_final_weights(run_dir, arch_id: int, net: nn.Module) -> bool:
 
 def _scores(task, model: nn.Module) -> dict:
     """final_<metric> on the whole val split, final_test_<metric> (and the task's other test scores)."""
-    val = float(task.evaluate(model, "val", all_images=True))
+    val = float(task.evaluate(fed_from_cpu(model), "val", all_images=True))
     return {f"final_{task.metric}": round(val, 4), **{f"final_{k}": v for k, v in test_scores(task, model).items()}}
 
 
@@ -290,7 +296,7 @@ def _int8_scores(ctx, chosen: Sequence[dict], keys: Sequence[str], evaluator: Ar
     started = time.perf_counter()
     for record, key in zip(chosen, keys):
         if key not in scored:
-            net = evaluator.supernet.extract(record["arch"])
+            net = evaluator.supernet.extract(record["arch"]).cpu()  # INT8 models run on the CPU
             load_final_weights(ctx.run_dir, record["id"], net)
             scored[key] = {"key": key, "id": record["id"], "int8": round(int8_metric(net.eval(), ctx.task)[1], 4)}
             journal.append(scored[key])
@@ -325,7 +331,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
         logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
                     [r["id"] for r in chosen], config.init, config.epochs, config.kd_ratio)
         trainer = LockstepTrainer(nets, teacher, task, ctx.config.train, config, ctx.config.seed,
-                                  run_dir.checkpoint_dir / "finalize.pt", keys)
+                                  run_dir.checkpoint_dir / "finalize.pt", keys, device=evaluator.device)
         trainer.train(progress=ctx.progress)
         calibrate = ctx.config.train.channels_last
         for record, key, net in zip(chosen, keys, nets):

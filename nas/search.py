@@ -2,6 +2,10 @@
 front on the test split, finalise the chosen archs, evaluate baselines, write candidates.csv and the report.
 
 Resuming is the same call with `resume=True`: every phase skips what its checkpoint or journal says is done.
+
+Started by torchrun (`nas.distributed`), the processes train the supernet together and share the evolution's
+and the test split's evaluations; rank 0 alone writes the run directory, and finalises and scores the baselines
+while the others wait for its rows.
 """
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -20,6 +24,7 @@ from search_spaces import SearchSpace, arch_key, build_space
 from tasks import build_task
 
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
+from .distributed import Distributed, current, start
 from .evaluation import CachedEvaluator
 from .finalize import finalize
 from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
@@ -30,12 +35,12 @@ from .runtime import ThreadGovernor
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SearchContext", "run_search", "prepare_run", "build_context", "build_task_and_space"]
+__all__ = ["SearchContext", "run_search", "prepare_run", "build_context", "build_task_and_space", "resolve_device"]
 
 
 @dataclass
 class SearchContext:
-    """What a strategy works with."""
+    """What a strategy works with: `device` is where models train and run, `dist` the run's processes."""
 
     config: RunConfig
     run_dir: RunDir
@@ -43,6 +48,17 @@ class SearchContext:
     space: SearchSpace
     cost_model: CostModel
     progress: bool = True
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    dist: Distributed = field(default_factory=Distributed)
+
+
+def resolve_device(device: str) -> str:
+    """The config's `device` as a run uses it: "auto" is "cuda" when torch finds a CUDA device, else "cpu"."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device: cuda, but torch finds no CUDA device here (set device: cpu or auto)")
+    return device
 
 
 def _probe_threads() -> int:
@@ -81,10 +97,12 @@ def _first_difference(a, b, prefix: str = "") -> str | None:
     return None if a == b else prefix.rstrip(".")
 
 
-def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None, resume: bool) -> tuple[RunConfig, RunDir]:
+def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None,
+                resume: bool) -> tuple[RunConfig, RunDir]:
     """Resolve the config and the run directory; on resume the config must match the run's own.
 
-    Nothing is written yet: `run_search` creates the directory once data, space and cost model all load.
+    Nothing is written yet: `run_search` creates the directory once data, space and cost model all load. Under
+    torchrun, the processes join their process group here, once each has checked the run directory.
     """
     config = load_config(config_path, overrides)
     run_dir = RunDir(out if out is not None else Path("runs") / config.name)
@@ -94,16 +112,24 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
         recorded = load_config(run_dir.config)
         if config.threads == 0:
             config.threads = recorded.threads
+        if config.device == "auto":
+            config.device = recorded.device
         diff = _first_difference(config.to_dict(), recorded.to_dict())
         if diff:
             raise ConfigError(f"--resume: {diff} differs from {run_dir.config}; resume with the same config and "
                               "overrides, or start a new run with --out")
-        return recorded, run_dir
-    if run_dir.path.exists() and any(run_dir.path.iterdir()):
-        raise ConfigError(f"run directory {run_dir.path} exists and is not empty; use --resume to continue it or "
-                          "--out for a new one")
-    if config.threads == 0:
-        config.threads = _probe_threads()
+        config = recorded
+    else:
+        if run_dir.path.exists() and any(run_dir.path.iterdir()):
+            raise ConfigError(f"run directory {run_dir.path} exists and is not empty; use --resume to continue it "
+                              "or --out for a new one")
+        if config.threads == 0:
+            launch = Distributed.from_environment()
+            # processes sharing a machine share its cores (probing them at once would measure each other)
+            config.threads = (_probe_threads() if launch.local_world_size == 1
+                              else max(1, (os.cpu_count() or 1) // launch.local_world_size))
+    config.device = resolve_device(config.device)
+    start(config.device).barrier()  # every process has checked the directory before rank 0 creates it
     return config, run_dir
 
 
@@ -114,13 +140,18 @@ def build_task_and_space(config: RunConfig):
 
 
 def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
+    """The run's task, space and cost model, on the config's device (the CPU where CUDA is missing: a finished
+    run's config read back elsewhere, e.g. to export), among the processes of `nas.distributed.current()`."""
     torch.set_num_threads(config.threads)
     ThreadGovernor.enabled = config.adapt_threads
     task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
     if isinstance(cost_model, LutCostModel):
         load_run_correction(cost_model, run_dir)  # the run's latencies came from the corrected table
-    return SearchContext(config, run_dir, task, space, cost_model, progress)
+    dist = current()
+    cuda = config.device in ("cuda", "auto") and torch.cuda.is_available()
+    device = torch.device("cuda", dist.local_rank) if cuda else torch.device("cpu")
+    return SearchContext(config, run_dir, task, space, cost_model, progress and dist.is_main, device, dist)
 
 
 class StageClock:
@@ -166,52 +197,77 @@ def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[st
 
 
 def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
-    """Run (or resume) the whole search; returns the candidate rows written to candidates.csv."""
-    from .baselines import check_baselines, evaluate_baselines
+    """Run (or resume) the whole search; returns the candidate rows written to candidates.csv (in every process
+    of a torchrun launch)."""
+    from .baselines import check_baselines
     from .strategies import STRATEGIES
 
     ctx = build_context(config, run_dir, progress)
+    dist = ctx.dist
+    if dist.enabled and config.search.strategy != "evolution":
+        raise ConfigError(f"search.strategy={config.search.strategy} runs in one process; start it without "
+                          "torchrun (the evolution strategy scales out)")
     ctx.cost_model.check_covers(ctx.space.all_blocks())
     check_baselines(ctx)
-    if not run_dir.exists():
+    if dist.is_main and not run_dir.exists():
         run_dir.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir.config, config_to_yaml(config))
-    handler = _attach_log(run_dir)
+    handler = _attach_log(run_dir) if dist.is_main else None
     clock = StageClock(run_dir)
     try:
         started = time.perf_counter()
-        logger.info("run %s: %s; cost model %s; %d threads", run_dir.path, ctx.space.describe(),
-                    ctx.cost_model.name, config.threads)
+        logger.info("run %s: %s; cost model %s; %d threads on %s%s", run_dir.path, ctx.space.describe(),
+                    ctx.cost_model.name, config.threads, ctx.device,
+                    f", {dist.world_size} processes" if dist.enabled else "")
         if isinstance(ctx.cost_model, LutCostModel):
             clock.start("latency correction")
-            correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct, config.cost.correction_archs,
-                                     config.seed, run_dir)
+            if dist.is_main:  # measured by one process, on an otherwise idle machine
+                correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct,
+                                         config.cost.correction_archs, config.seed, run_dir)
+            dist.barrier()
+            if not dist.is_main:
+                load_run_correction(ctx.cost_model, run_dir)
         clock.start("supernet training and search")
         outcome = STRATEGIES[config.search.strategy][1](ctx)
         records = outcome.evaluate.records
         # the test split scores the front only, after the search (the search itself never looks at it)
         clock.start("test scoring")
         on_front = pareto_mask([r[ctx.task.metric] for r in records], [r["latency_ms"] for r in records])
-        test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch), "test": outcome.evaluator.metric(arch, "test")},
-                                    run_dir.test_journal)
-        test_metrics = {r["key"]: round(test_eval(r["arch"])["test"], 4) for r, front in zip(records, on_front) if front}
-        write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
-        clock.start("finalisation")
-        finals = finalize(ctx, records, outcome.evaluator)
-        clock.start("measuring the finalised archs")
-        # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
-        measured_beside_predicted(ctx, list({r["key"]: r for r in records if r["key"] in finals}.values()))
-        rows = write_results(ctx, records, test_metrics, finals)
-        clock.start("baselines")
-        evaluate_baselines(ctx, outcome.evaluator)
-        clock.save()
-        build_report(run_dir, space=ctx.space)
-        logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
-                    len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
-        return rows
+        test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch),
+                                                  "test": outcome.evaluator.metric(arch, "test")},
+                                    run_dir.test_journal, dist=dist)
+        front = [r for r, on in zip(records, on_front) if on]
+        test_metrics = {r["key"]: round(t["test"], 4)
+                        for r, t in zip(front, test_eval.evaluate_all([r["arch"] for r in front]))}
+        rows = _finish(ctx, outcome, records, test_metrics, clock, started) if dist.is_main else None
+        return dist.broadcast(rows)
     except KeyboardInterrupt:  # an interrupted session's time counts; an error's does not
-        clock.save()
+        if dist.is_main:
+            clock.save()
         raise
     finally:
-        logging.getLogger().removeHandler(handler)
-        handler.close()
+        if handler is not None:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+
+
+def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
+            started: float) -> list[dict]:
+    """Rank 0's part after the search: candidates.csv, finalisation, measurements, baselines, the report."""
+    from .baselines import evaluate_baselines
+
+    run_dir = ctx.run_dir
+    write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
+    clock.start("finalisation")
+    finals = finalize(ctx, records, outcome.evaluator)
+    clock.start("measuring the finalised archs")
+    # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
+    measured_beside_predicted(ctx, list({r["key"]: r for r in records if r["key"] in finals}.values()))
+    rows = write_results(ctx, records, test_metrics, finals)
+    clock.start("baselines")
+    evaluate_baselines(ctx, outcome.evaluator)
+    clock.save()
+    build_report(run_dir, space=ctx.space)
+    logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
+                len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
+    return rows

@@ -34,13 +34,16 @@ def train_supernet(ctx) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights."""
     torch.manual_seed(ctx.config.seed)  # the initial weights
     trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
-                              ctx.run_dir.supernet_checkpoint)
+                              ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device)
     trainer.train(progress=ctx.progress)
     return trainer
 
 
 def run_evolution(ctx) -> SearchOutcome:
-    """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency)."""
+    """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency).
+
+    With several processes, each generation's new archs are scored spread over them (`CachedEvaluator.
+    evaluate_all`); the records, and so the search, are those of one process."""
     from tqdm import tqdm
 
     from .search import write_results
@@ -48,18 +51,22 @@ def run_evolution(ctx) -> SearchOutcome:
     trainer = train_supernet(ctx)
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
                               ctx.config.train.channels_last)
-    evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal)
+    evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
     config: EvolutionConfig = ctx.config.search.evolution
     bar = tqdm(total=config.population * config.generations, desc="search", unit="arch", disable=not ctx.progress,
                dynamic_ncols=True)
 
-    def evaluate_with_progress(arch: dict, generation: int) -> dict:
-        record = evaluate(arch, generation=generation)
-        bar.update(1)
-        return record
+    def evaluate_generation(archs: list[dict], generation: int) -> list[dict]:
+        records = evaluate.evaluate_all(archs, generation=generation)
+        bar.update(len(archs))
+        return records
+
+    def on_generation(generation: int) -> None:
+        if ctx.dist.is_main:
+            write_results(ctx, evaluate.records, {})
 
     strategy = EvolutionStrategy(ctx.space, config, ctx.task.metric, ctx.config.seed)
-    strategy.run(evaluate_with_progress, on_generation=lambda g: write_results(ctx, evaluate.records, {}))
+    strategy.run(evaluate_generation=evaluate_generation, on_generation=on_generation)
     bar.close()
     logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
                 evaluate.new_evaluations)

@@ -7,6 +7,14 @@ distillation). Optimizer, schedule, EMA and augmentation are timm's.
 
 Everything random in a step is drawn from (seed, epoch, step), so a run resumed from a mid-epoch checkpoint
 continues bit for bit as if it had never stopped.
+
+Several processes (torchrun, `nas.distributed`) train one supernet data-parallel: every process draws the same
+archs and the same global batch of `task.batch_size` images, and trains on its contiguous share of it; the
+losses are weighted by the share's size and the gradients summed over the processes, batch norm normalises with
+the whole batch's statistics (`search_spaces.elastic.synchronised_batch_norm`) and dropout applies its share of
+the whole batch's mask. A step therefore computes what one process computes on the whole batch, up to the order
+of floating-point sums, and a checkpoint (written by rank 0, per-process state free) resumes with any number of
+processes. On CUDA, training runs under bf16 autocast.
 """
 from __future__ import annotations
 
@@ -20,17 +28,20 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from search_spaces import SearchSpace, Supernet
-from tasks.data import DataError, batch_seed
+from search_spaces.elastic import ElasticBatchNorm2d
+from tasks.data import DataError, batch_seed, to_device
 
+from .distributed import Distributed
 from .rundir import atomic_torch_save, load_checkpoint
 from .runtime import StopRequests, ThreadGovernor, check_finite
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainConfig", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last",
-           "log_session_steps"]
+           "log_session_steps", "device_of", "batch_share_layers", "ShareDropout"]
 
 
 @dataclass
@@ -79,6 +90,53 @@ def to_channels_last(module: nn.Module) -> nn.Module:
     return module.to(memory_format=torch.channels_last)
 
 
+def device_of(module: nn.Module) -> torch.device:
+    """Where a module's parameters are (the CPU for a module without any)."""
+    return next(module.parameters(), torch.empty(0)).device
+
+
+class ShareDropout(nn.Module):
+    """Dropout of one process's rows `rows` of a batch of `total` rows: it draws the mask of the whole batch, as
+    `nn.Dropout` on one process would from the same seed, and applies its own rows of it."""
+
+    def __init__(self, p: float, rows: slice, total: int):
+        super().__init__()
+        self.p, self.rows, self.total = p, rows, total
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        mask = F.dropout(x.new_ones((self.total, *x.shape[1:])), self.p, True)
+        return x * mask[self.rows]
+
+
+@contextmanager
+def batch_share_layers(model: nn.Module, rows: slice, total: int):
+    """While `model` trains on rows `rows` of a batch of `total` rows split over processes: batch norms take the
+    whole batch's statistics and dropouts its mask. Plain `nn.BatchNorm2d` and `nn.Dropout` are replaced for the
+    duration by stand-ins on the same parameters and statistics (like torch's `convert_sync_batchnorm`, but
+    undone on exit, so checkpoints, copies and extracted subnets never see them)."""
+    swaps = []
+    for parent in list(model.modules()):
+        for name, child in parent.named_children():
+            if type(child) is nn.BatchNorm2d:
+                swaps.append((parent, name, child, ElasticBatchNorm2d.sharing(child)))
+            elif type(child) is nn.Dropout:
+                swaps.append((parent, name, child, ShareDropout(child.p, rows, total).train(child.training)))
+    for parent, name, _, stand_in in swaps:
+        setattr(parent, name, stand_in)
+    norms = [m for m in model.modules() if isinstance(m, ElasticBatchNorm2d)]
+    for norm in norms:
+        norm.synchronise = True
+    try:
+        yield
+    finally:
+        for norm in norms:
+            norm.synchronise = False
+        for parent, name, original, _ in swaps:
+            setattr(parent, name, original)
+
+
 class SupernetTrainer:
     """Trains a supernet on a task; checkpoints to `checkpoint_path` and resumes from it.
 
@@ -88,15 +146,20 @@ class SupernetTrainer:
         config: `TrainConfig`.
         seed: run seed (arch sampling, dropout).
         checkpoint_path: file of the training state; loaded when it exists.
+        dist: the processes training together (`nas.distributed`; default: this one alone).
+        device: where the supernet trains (it is moved there).
     """
 
     def __init__(self, space: SearchSpace, supernet: Supernet, task, config: TrainConfig, seed: int,
-                 checkpoint_path: Path):
+                 checkpoint_path: Path, *, dist: Distributed | None = None, device: torch.device | str = "cpu"):
         from timm.optim import create_optimizer_v2
         from timm.scheduler import create_scheduler_v2
 
         self.space, self.supernet, self.task, self.config, self.seed = space, supernet, task, config, seed
         self.checkpoint_path = Path(checkpoint_path)
+        self.dist = dist if dist is not None else Distributed()
+        self.device = torch.device(device)
+        supernet.to(self.device)
         if config.channels_last:
             to_channels_last(supernet)
         self.steps_per_epoch = task.train_batches.steps_per_epoch()
@@ -116,6 +179,10 @@ class SupernetTrainer:
         self.largest, self.smallest = space.largest(), space.smallest()
         if self.checkpoint_path.exists():
             self._load()
+        # every process starts from rank 0's weights, bit for bit, whatever the machine it runs on
+        self.dist.broadcast_tensors_(list(supernet.state_dict().values()))
+        if self.ema is not None:
+            self.dist.broadcast_tensors_(list(self.ema.module.state_dict().values()))
 
     @property
     def done(self) -> bool:
@@ -142,7 +209,10 @@ class SupernetTrainer:
         logger.info("resumed supernet training at step %d of %d", self.global_step, self.total_steps)
 
     def save(self) -> None:
-        atomic_torch_save(self.state_dict(), self.checkpoint_path)
+        """Rank 0 writes the checkpoint; the other processes wait until it is on disk."""
+        if self.dist.is_main:
+            atomic_torch_save(self.state_dict(), self.checkpoint_path)
+        self.dist.barrier()
 
     # ------------------------------------------------------------------------------------------ training
     def step_archs(self, epoch: int, step: int) -> list[dict]:
@@ -151,26 +221,49 @@ class SupernetTrainer:
         return [self.largest, self.smallest] + [self.space.sample(rng) for _ in range(self.config.sandwich_random)]
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        """One optimizer step over `archs` on one batch; returns the largest arch's loss."""
+        """One optimizer step over `archs` on one (whole) batch; returns the largest arch's loss.
+
+        With several processes, each trains on its share of the batch (see the module docstring)."""
         self.supernet.train()
         self.optimizer.zero_grad(set_to_none=True)
-        teacher, losses = None, []
-        for arch in archs:
-            self.supernet.set_active(arch)
-            out = self.supernet(x)
-            if teacher is None or not self.config.distill:
-                loss = self.task.loss(out, y)
-            else:
-                loss = self.task.distill_loss(out, teacher)
-            if teacher is None:
-                teacher = out.detach()
-            losses.append(loss.item())
-            loss.backward()
+        if not self.dist.enabled:
+            losses = self._backward(to_device(x, self.device), to_device(y, self.device), archs, 1.0)
+        else:
+            rows = self.dist.share(len(x))
+            with batch_share_layers(self.supernet, rows, len(x)):
+                weight = (rows.stop - rows.start) / len(x)  # this share's part of the whole batch's mean loss
+                losses = self._backward(to_device(x[rows], self.device), to_device(y[rows], self.device), archs,
+                                        weight)
+            self._sum_gradients()
         check_finite(losses, "supernet training", self.global_step)
         if self.config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.config.grad_clip)
         self.optimizer.step()
         return losses[0]
+
+    def _backward(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict], weight: float) -> list[float]:
+        """Accumulate the gradients of `archs` on a batch (its losses weighted by `weight`); the losses, summed
+        over the processes (the whole batch's)."""
+        teacher, losses = None, []
+        for arch in archs:
+            self.supernet.set_active(arch)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                out = self.supernet(x)
+                if teacher is None or not self.config.distill:
+                    loss = self.task.loss(out, y)
+                else:
+                    loss = self.task.distill_loss(out, teacher)
+            if teacher is None:
+                teacher = out.detach()
+            if self.dist.enabled:
+                loss = loss * weight
+            losses.append(loss.detach().float())
+            loss.backward()
+        return self.dist.all_reduce_(torch.stack(losses).cpu()).tolist()
+
+    def _sum_gradients(self) -> None:
+        """Sum the gradients over the processes: each holds its share's part of the whole batch's mean."""
+        self.dist.sum_tensors_([p.grad for p in self.supernet.parameters() if p.grad is not None])
 
     def train(self, progress: bool = True, on_step: Callable[[int], None] | None = None) -> None:
         """Train to the end, checkpointing as configured. `on_step(global_step)` runs after each step."""
@@ -179,7 +272,7 @@ class SupernetTrainer:
         if self.done:
             return
         bar = tqdm(total=self.total_steps, initial=self.global_step, desc="supernet", unit="step",
-                   disable=not progress, dynamic_ncols=True)
+                   disable=not progress or not self.dist.is_main, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "supernet training", first),
               ThreadGovernor() as governor):
@@ -200,6 +293,7 @@ class SupernetTrainer:
                     if (self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1
                             or self.done):
                         self.save()
+                    stop.requested = self.dist.any(stop.requested)  # every process stops after the same step
                     stop.check(self.save)
                     if on_step is not None:
                         on_step(self.global_step)
@@ -242,6 +336,7 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], cha
     a subnet is evaluated (Once-for-All, BigNAS).
     """
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    device = device_of(model)
     model.eval()
     if not norms:  # e.g. EDSR-style networks: nothing to recalibrate
         return model
@@ -251,6 +346,7 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], cha
         bn.train()
     seen = 0
     for x in batches:
+        x = to_device(x, device)
         model(x.contiguous(memory_format=torch.channels_last) if channels_last else x)
         seen += 1
     if not seen:

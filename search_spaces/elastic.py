@@ -5,11 +5,14 @@ that children push into each other. `export_*` copies the active slice into a pl
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-__all__ = ["ElasticConv2d", "ElasticBatchNorm2d", "ElasticLinear", "centre_crop_kernel", "make_divisible"]
+__all__ = ["ElasticConv2d", "ElasticBatchNorm2d", "ElasticLinear", "centre_crop_kernel", "make_divisible",
+           "synchronised_batch_norm"]
 
 
 def make_divisible(value: float, divisor: int = 8) -> int:
@@ -78,17 +81,37 @@ class ElasticBatchNorm2d(nn.BatchNorm2d):
     """Batch norm over the first C channels of its statistics, C taken from the input (OFA's DynamicBatchNorm2d).
 
     Running statistics are updated in place through slices, so every subnet trains its own channels' share.
+    With `synchronise` set (by a trainer whose processes each hold a share of one batch), training-mode
+    statistics are those of the whole batch (`synchronised_batch_norm`).
     """
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        c = x.shape[1]
-        if c == self.num_features:
-            return super().forward(x)
+    synchronise = False
+
+    @classmethod
+    def sharing(cls, bn: nn.BatchNorm2d) -> "ElasticBatchNorm2d":
+        """A stand-in for `bn` on its own parameters and statistics (the same tensors, not copies)."""
+        new = cls(bn.num_features, eps=bn.eps, momentum=bn.momentum, affine=bn.affine,
+                  track_running_stats=bn.track_running_stats)
+        for name in ("weight", "bias", "running_mean", "running_var", "num_batches_tracked"):
+            setattr(new, name, getattr(bn, name))
+        return new.train(bn.training)
+
+    def _momentum(self) -> float:
+        """The update weight of this step's statistics; counts the step (as nn.BatchNorm2d does)."""
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average, as nn.BatchNorm2d does
                 momentum = 1.0 / float(self.num_batches_tracked)
+        return momentum
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = x.shape[1]
+        if self.synchronise and self.training:
+            return synchronised_batch_norm(x, self, self._momentum())
+        if c == self.num_features:
+            return super().forward(x)
+        momentum = self._momentum()
         use_batch_stats = self.training or not self.track_running_stats
         return F.batch_norm(x, self.running_mean[:c], self.running_var[:c], self.weight[:c], self.bias[:c],
                             use_batch_stats, momentum, self.eps)
@@ -117,3 +140,34 @@ class ElasticLinear(nn.Linear):
         if self.bias is not None:
             linear.bias.copy_(self.bias)
         return linear
+
+
+def synchronised_batch_norm(x: torch.Tensor, bn: ElasticBatchNorm2d, momentum: float) -> torch.Tensor:
+    """Training-mode batch norm of `x`, one process's share of a batch, with the statistics of the whole batch.
+
+    Per channel, the sum and the sum of squares (with the sample count) are summed over the processes by
+    `torch.distributed.nn.functional.all_reduce`, whose backward sums the incoming gradients in turn: autograd
+    then gives each process its share of the exact gradient of the whole batch's loss. Running statistics take
+    the whole batch's mean and unbiased variance, identically in every process. Computed in float32.
+    """
+    from torch.distributed.nn.functional import all_reduce
+
+    c = x.shape[1]
+    xf = x.float()
+    local = torch.cat([xf.sum((0, 2, 3)), (xf * xf).sum((0, 2, 3)), xf.new_full((1,), float(x.numel() // c))])
+    with warnings.catch_warnings():  # torch 2.14 deprecates it for functional collectives, which lack its autograd
+        warnings.filterwarnings("ignore", "torch.distributed.nn.functional.all_reduce is deprecated", FutureWarning)
+        total = all_reduce(local)
+    count = total[-1]
+    mean = total[:c] / count
+    var = (total[c:2 * c] / count - mean * mean).clamp_min(0.0)
+    if bn.track_running_stats:
+        with torch.no_grad():
+            bn.running_mean[:c].mul_(1 - momentum).add_(mean.detach(), alpha=momentum)
+            unbiased = var.detach() * (count / (count - 1).clamp_min(1.0))
+            bn.running_var[:c].mul_(1 - momentum).add_(unbiased, alpha=momentum)
+    shape = (1, c, 1, 1)
+    y = (xf - mean.view(shape)) * torch.rsqrt(var + bn.eps).view(shape)
+    if bn.affine:
+        y = y * bn.weight[:c].view(shape) + bn.bias[:c].view(shape)
+    return y.to(x.dtype)

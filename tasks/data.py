@@ -19,7 +19,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 __all__ = ["DataError", "BatchSource", "TensorImages", "FolderImages", "read_fashion_mnist", "read_cifar",
-           "split_indices", "EpochBatches", "iterate_eval", "batch_seed", "Augment", "FASHION_MNIST_DIR"]
+           "split_indices", "EpochBatches", "iterate_eval", "batch_seed", "Augment", "FASHION_MNIST_DIR", "to_device"]
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -42,6 +42,17 @@ class BatchSource(Protocol):
 def batch_seed(seed: int, epoch: int, step: int) -> int:
     """A 63-bit seed for one batch, independent of everything drawn before it."""
     return int(np.random.SeedSequence([seed, epoch, step]).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def to_device(batch: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A batch made on the CPU, on `device`: to CUDA from pinned (page-locked) memory with a non-blocking copy, as
+    torch's DataLoader with `pin_memory` does; on the CPU the batch itself."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return batch
+    if device.type == "cuda" and not batch.is_pinned():
+        batch = batch.pin_memory()
+    return batch.to(device, non_blocking=True)
 
 
 # ---------------------------------------------------------------------------------------------------- readers
