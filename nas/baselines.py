@@ -40,7 +40,7 @@ from search_spaces import ArchError, Supernet, arch_key
 
 from .baseline_cache import BaselineCache, cache_key
 from .config import ConfigError
-from .evaluation import ArchEvaluator, CachedEvaluator, complexity, test_scores
+from .evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
 from .reference_networks import check_reference, describe_reference, reference_block, reference_network
 from .report import write_csv
 from .supernet_training import SupernetTrainer, TrainConfig
@@ -134,7 +134,7 @@ def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) ->
     resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
     trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
-                                ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt")
+                                ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
     trainer.train(progress=ctx.progress)
     return trainer.trained_model.net.eval(), trainer.total_steps
 
@@ -143,7 +143,7 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch, net, blocks, origin = _standalone_network(ctx, spec)
     model, steps = _train_from_scratch(ctx, spec, net, ctx.config.train)
     params, macs = complexity(blocks)
-    return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(model, "val")), 4),
+    return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
             "note": f"{origin}, trained from scratch ({steps} steps, the supernet's recipe)"}
@@ -213,7 +213,8 @@ def _reference(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
         scores, steps = cached.scores, cached.steps
     else:
         model, steps = _train_from_scratch(ctx, spec, fresh(), recipe)
-        scores = {task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model)}
+        scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4),
+                  **test_scores(task, model)}
         logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
                     cache.store(key, model, scores, steps))
     block = reference_block(name, task.input_shape, task.num_classes, width)

@@ -118,6 +118,7 @@ README_COMMANDS = {
     ".venv/bin/python scripts/bench_dnas.py": ["scripts/bench_dnas.py", "--steps", "1"],
     ".venv/bin/python scripts/bench_quality.py RUN_DIR": ["scripts/bench_quality.py", "{run}", "--repeats", "10"],
     ".venv/bin/python scripts/bench_contention.py": ["scripts/bench_contention.py", SMOKE, "--steps", "4"],
+    ".venv/bin/python scripts/bench_scale.py": ["scripts/bench_scale.py", SMOKE, "--steps", "1", "--archs", "2"],
     ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
     ".venv/bin/python scripts/bench_quality.py runs/fmnist_mobilenet --anchors configs/fmnist_mobilenet_smoke.yaml \\":
         ["scripts/bench_quality.py", "{run}", "--repeats", "10", "--anchors", SMOKE, "--reference-anchors-ms",
