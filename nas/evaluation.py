@@ -119,18 +119,26 @@ class CachedEvaluator:
             self._add(key, self._evaluate(arch), extra)
         return self._by_key[key]
 
-    def evaluate_all(self, archs: list[dict], **extra) -> list[dict]:
+    def evaluate_all(self, archs: list[dict], on_record: Callable[[], None] | None = None, **extra) -> list[dict]:
         """The records of `archs`, in order. The new ones (each once) are evaluated spread over the processes,
         each arch whole in one process, and recorded in the order of `archs`: ids, journal and records do not
-        depend on the number of processes. One process journals each arch as soon as it is scored."""
+        depend on the number of processes. One process journals each arch as soon as it is scored.
+        `on_record()` follows each record (one process: as it is made; several: once they are gathered)."""
+        on_record = on_record or (lambda: None)
         if not self.dist.enabled:
-            return [self(arch, **extra) for arch in archs]
+            records = []
+            for arch in archs:
+                records.append(self(arch, **extra))
+                on_record()
+            return records
         new = {}
         for arch in archs:
             new.setdefault(self._key(arch), arch)
         todo = [(key, arch) for key, arch in new.items() if key not in self._by_key]
         for (key, _), result in zip(todo, self.dist.map(self._evaluate, [arch for _, arch in todo])):
             self._add(key, result, extra)
+        for _ in archs:
+            on_record()
         return [self._by_key[self._key(arch)] for arch in archs]
 
     def __contains__(self, arch: dict) -> bool:

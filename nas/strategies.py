@@ -57,9 +57,7 @@ def run_evolution(ctx) -> SearchOutcome:
                dynamic_ncols=True)
 
     def evaluate_generation(archs: list[dict], generation: int) -> list[dict]:
-        records = evaluate.evaluate_all(archs, generation=generation)
-        bar.update(len(archs))
-        return records
+        return evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=generation)
 
     def on_generation(generation: int) -> None:
         if ctx.dist.is_main:
