@@ -121,7 +121,7 @@ class RunConfig:
         baselines: reference models marked on the front, e.g. {name: largest, arch: largest}.
         adapt_threads: training drops to 1 thread while another process slows it down (`nas.runtime.
             ThreadGovernor`, logged); false keeps `threads` fixed, for bit-identical results on a busy machine.
-        device: where supernet training, evaluation, finalisation and subnet baselines run: "cpu", "cuda", or "auto"
+        device: where supernet training, evaluation, finalisation and the baselines run: "cpu", "cuda", or "auto"
             (CUDA when torch finds a device; resolved when the run starts and recorded in its config.yaml).
     """
 
