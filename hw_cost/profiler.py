@@ -52,8 +52,9 @@ class OpenVinoProfiler:
     """Compiles torch modules with OpenVINO and times batch-1 synchronous inference on one device."""
 
     def __init__(self, settings: MeasureSettings):
-        import openvino as ov
+        from .openvino_runtime import openvino
 
+        ov = openvino()
         self.settings = settings
         self.core = ov.Core()
         self._ov = ov

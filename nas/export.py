@@ -12,6 +12,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from hw_cost.openvino_runtime import openvino
+
 from .config import ConfigError, load_config
 from .errors import QuantizationError
 from .evaluation import ArchEvaluator
@@ -46,8 +48,7 @@ def _save(model: nn.Module, example: torch.Tensor, fmt: str, path: Path) -> None
         torch.onnx.export(model, (example,), str(path), input_names=["input"], output_names=["output"],
                           dynamo=True, external_data=False)
     else:
-        import openvino as ov
-
+        ov = openvino()
         ov.save_model(ov.convert_model(model, example_input=example), str(path), compress_to_fp16=False)
 
 
@@ -59,9 +60,7 @@ def _run_exported(fmt: str, path: Path, x: torch.Tensor) -> np.ndarray:
 
         session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         return session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
-    import openvino as ov
-
-    compiled = ov.Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = openvino().Core().compile_model(str(path), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     return compiled([x.numpy()])[compiled.output(0)]
 
 
@@ -79,8 +78,6 @@ def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) ->
     images and save it as `path`; returns the INT8 fields of the export's json.
 
     Raises `QuantizationError` when the metric drops by more than `max_drop` (None: `DEFAULT_MAX_DROP`)."""
-    import openvino as ov
-
     from .quantize import DEFAULT_MAX_DROP, eval_split, int8_metric
 
     metric, split = task.metric, eval_split(task)
@@ -90,7 +87,7 @@ def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) ->
     if fp - int8 > max_drop:
         raise QuantizationError(f"the INT8 model scores {split} {metric} {int8:.2f}, {fp - int8:.2f} below the float "
                                 f"model's {fp:.2f} (allowed: {max_drop:g}; --max-drop sets the bound)")
-    ov.save_model(quantized, str(path), compress_to_fp16=False)
+    openvino().save_model(quantized, str(path), compress_to_fp16=False)
     return {f"int8_{split}_{metric}": round(int8, 4), f"float_{split}_{metric}": round(fp, 4),
             "int8_drop": round(fp - int8, 4), "max_drop": max_drop}
 

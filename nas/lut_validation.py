@@ -150,9 +150,9 @@ def measured_latencies(run_dir) -> dict[str, float]:
 
 
 def _device_here(device: str) -> bool:
-    import openvino as ov
+    from hw_cost.openvino_runtime import openvino
 
-    return device in ov.Core().available_devices
+    return device in openvino().Core().available_devices
 
 
 def read_correction_record(run_dir) -> dict | None:

@@ -20,6 +20,8 @@ import logging
 import torch
 import torch.nn as nn
 
+from hw_cost.openvino_runtime import openvino
+
 __all__ = ["quantize", "OpenVinoNet", "int8_metric", "eval_split", "CALIBRATION_SAMPLES", "DEFAULT_MAX_DROP"]
 
 #: images that calibrate the activation ranges (NNCF's default subset size)
@@ -33,8 +35,8 @@ def quantize(model: nn.Module, task):
     `ptq_samples`."""
     # NNCF imports torch's C++-extension helper, which warns on stderr that a CUDA folder has no runtime
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    ov = openvino()  # declines telemetry before NNCF's import checks it
     import nncf
-    import openvino as ov
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
@@ -56,10 +58,8 @@ class OpenVinoNet(nn.Module):
     """
 
     def __init__(self, model):
-        import openvino as ov
-
         super().__init__()
-        self.compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
+        self.compiled = openvino().Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
                                                                "INFERENCE_NUM_THREADS": torch.get_num_threads()})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,8 @@
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch.nn as nn
@@ -120,3 +124,14 @@ def test_module_for_layer_reproduces_the_layer(spec):
     assert tuple(out.reshape(spec.out_shape).shape) == spec.out_shape
     (again,) = [l for l in extract_layers(module, spec.in_shape) if l.op == spec.op]
     assert again.out_shape == spec.out_shape and again.kernel == spec.kernel and again.stride == spec.stride
+
+
+def test_openvino_conversion_sends_no_telemetry(tmp_path):
+    """OpenVINO's converter would post a usage event (forking the process) and write a client id under ~/intel;
+    vpunas declines its telemetry, as a user's opt-out would."""
+    code = ("import torch; from hw_cost.openvino_runtime import openvino; "
+            "openvino().convert_model(torch.nn.ReLU(), example_input=torch.zeros(1, 4))")
+    env = {k: v for k, v in os.environ.items() if k != "CI"}  # telemetry stays off in CI by itself
+    subprocess.run([sys.executable, "-c", code], env={**env, "HOME": str(tmp_path)}, check=True,
+                   cwd=Path(__file__).resolve().parents[1], capture_output=True)
+    assert list(tmp_path.iterdir()) == []
