@@ -14,12 +14,20 @@ report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/fin
 The Kendall tau between inherited-weight and finalised val metric over the finalised archs is the supernet's
 ranking fidelity.
 
-Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's, and each
-scored arch is journaled after its weights are saved (its INT8 score in a journal of its own), so a restart
-repeats neither finished steps nor scores.
+Screening (`screen_archs` > `archs`): inherited weights rank archs poorly (that Kendall tau), so more archs than
+will be finalised are chosen the same way and all trained for the first `screen_epochs` of the schedule; their
+val metric then chooses the `archs` that continue (`select_spread` again, on it), as successive halving does
+(Jamieson & Talwalkar 2016; Hyperband). The chosen archs continue where they stopped, so each gets the same
+schedule as without screening.
+
+Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the
+screening's in a file of its own), screening scores and each scored arch are journaled (a finalised arch after
+its weights are saved, its INT8 score in a journal of its own), so a restart repeats neither finished steps nor
+scores.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -53,6 +61,9 @@ class FinalizeConfig:
     """Args:
         archs: archs to finalise, spread over the front's latency range (0 = no finalisation; see
             `select_spread`).
+        screen_archs: archs trained for the first `screen_epochs` before `archs` of them are chosen to continue,
+            by their val metric then (0, or not more than `archs` = no screening).
+        screen_epochs: the screening's share of `epochs`.
         init: "inherited" (fine-tune the supernet's weights) or "scratch" (train from fresh weights).
         epochs: passes over the training split (fractions allowed).
         lr: peak learning rate (linear warm-up, cosine to 0); None = the supernet's `train.lr`. Optimizer,
@@ -64,6 +75,8 @@ class FinalizeConfig:
     """
 
     archs: int = 8
+    screen_archs: int = 0
+    screen_epochs: float = 0.5
     init: str = "inherited"
     epochs: float = 1.0
     lr: Optional[float] = None
@@ -78,6 +91,14 @@ class FinalizeConfig:
             raise ValueError("archs: must be >= 0")
         if self.epochs <= 0:
             raise ValueError("epochs: must be > 0")
+        if self.screen_archs < 0:
+            raise ValueError("screen_archs: must be >= 0")
+        if self.screening and not 0 < self.screen_epochs < self.epochs:
+            raise ValueError(f"screen_epochs: must be > 0 and below epochs ({self.epochs:g})")
+
+    @property
+    def screening(self) -> bool:
+        return self.screen_archs > self.archs > 0
         for name in ("warmup_epochs", "kd_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
@@ -152,11 +173,12 @@ class LockstepTrainer:
         checkpoint_path: file of the training state; loaded when it exists.
         names: one per net (checked on resume: a checkpoint of other archs is refused).
         device: where the nets (and the teacher) train; they are moved there.
+        stop_epochs: train only this far into the schedule (screening); None = to its end.
     """
 
     def __init__(self, nets: list[nn.Module], teacher: nn.Module | None, task, train: TrainConfig,
                  config: FinalizeConfig, seed: int, checkpoint_path: Path, names: list[str], *,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", stop_epochs: float | None = None):
         from timm.optim import create_optimizer_v2
 
         self.nets, self.teacher, self.task, self.train_config, self.config = nets, teacher, task, train, config
@@ -172,6 +194,7 @@ class LockstepTrainer:
                                                momentum=train.momentum) for net in nets]
         self.steps_per_epoch = task.train_batches.steps_per_epoch()
         self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
+        self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.global_step = 0
         if self.checkpoint_path.exists():
@@ -179,7 +202,19 @@ class LockstepTrainer:
 
     @property
     def done(self) -> bool:
-        return self.global_step >= self.total_steps
+        return self.global_step >= self.stop_step
+
+    def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
+        """A trainer of the nets at `indices` (and their optimizers) that continues this one's schedule to its end,
+        checkpointing to `checkpoint_path` (loaded when it exists: a resumed continuation)."""
+        kept = copy.copy(self)
+        kept.nets = [self.nets[i] for i in indices]
+        kept.optimizers = [self.optimizers[i] for i in indices]
+        kept.names = [self.names[i] for i in indices]
+        kept.checkpoint_path, kept.stop_step = Path(checkpoint_path), self.total_steps
+        if kept.checkpoint_path.exists():
+            kept._load()
+        return kept
 
     def lr(self, step: int) -> float:
         """Linear warm-up from 1% of the peak, then cosine to 0 over the remaining steps."""
@@ -202,7 +237,7 @@ class LockstepTrainer:
         for optimizer, opt_state in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(opt_state)
         self.global_step = state["global_step"]
-        logger.info("resumed finalisation at step %d of %d", self.global_step, self.total_steps)
+        logger.info("resumed finalisation at step %d of %d", self.global_step, self.stop_step)
 
     def save(self) -> None:
         atomic_torch_save(self.state_dict(), self.checkpoint_path)
@@ -238,7 +273,7 @@ class LockstepTrainer:
 
         if self.done:
             return
-        bar = tqdm(total=self.total_steps, initial=self.global_step, desc=f"finalise {len(self.nets)} archs",
+        bar = tqdm(total=self.stop_step, initial=self.global_step, desc=f"finalise {len(self.nets)} archs",
                    unit="step", disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
@@ -262,8 +297,8 @@ class LockstepTrainer:
                         self.save()
                     stop.check(self.save)
         bar.close()
-        logger.info("finalisation training finished: %d steps of %d archs in %.0f s", self.total_steps, len(self.nets),
-                    time.perf_counter() - started)
+        logger.info("finalisation training: %d archs at step %d of %d after %.0f s", len(self.nets), self.stop_step,
+                    self.total_steps, time.perf_counter() - started)
 
 
 # ---------------------------------------------------------------------------------------------------- the stage
@@ -305,36 +340,79 @@ def _int8_scores(ctx, chosen: Sequence[dict], keys: Sequence[str], evaluator: Ar
     return {key: scored[key]["int8"] for key in keys}
 
 
+def _lockstep(ctx, records: Sequence[dict], evaluator: ArchEvaluator, checkpoint: Path,
+              stop_epochs: float | None = None) -> LockstepTrainer:
+    """A lockstep trainer of `records`' archs, initialised as `init` says (resumed from `checkpoint` if it exists)."""
+    config: FinalizeConfig = ctx.config.search.finalize
+    torch.manual_seed(ctx.config.seed)  # fresh weights of the `scratch` init
+    if config.init == "inherited":
+        nets = [evaluator.subnet(r["arch"]) for r in records]
+    else:
+        fresh = ctx.space.build_supernet()
+        nets = [fresh.extract(r["arch"]) for r in records]
+    teacher = evaluator.subnet(ctx.space.largest()).eval() if config.kd_ratio > 0 else None
+    if teacher is not None:
+        teacher.requires_grad_(False)
+    return LockstepTrainer(nets, teacher, ctx.task, ctx.config.train, config, ctx.config.seed, checkpoint,
+                           [arch_key(r["arch"]) for r in records], device=evaluator.device, stop_epochs=stop_epochs)
+
+
+def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
+            costs: Sequence[str]) -> tuple[list[dict], LockstepTrainer | None]:
+    """(the `archs` of `candidates` that continue, chosen by their val metric after `screen_epochs`; the
+    screening's trainer, None when an earlier session finished the screening)."""
+    config: FinalizeConfig = ctx.config.search.finalize
+    metric = ctx.task.metric
+    journal = EvaluationJournal(ctx.run_dir.checkpoint_dir / "screened.jsonl")
+    screened = {r["key"]: r[metric] for r in journal.load()}
+    keys = [arch_key(r["arch"]) for r in candidates]
+    trainer = None
+    if not all(k in screened for k in keys):
+        logger.info("screening %d archs (ids %s) for %.3g of %.3g epochs", len(candidates),
+                    [r["id"] for r in candidates], config.screen_epochs, config.epochs)
+        trainer = _lockstep(ctx, candidates, evaluator, ctx.run_dir.checkpoint_dir / "screen.pt",
+                            stop_epochs=config.screen_epochs)
+        trainer.train(progress=ctx.progress)
+        for key, net in zip(keys, trainer.nets):
+            if key not in screened:
+                screened[key] = round(float(ctx.task.evaluate(fed_from_cpu(net), "val", all_images=True)), 4)
+                journal.append({"key": key, metric: screened[key]})
+    rescored = [dict(r, **{metric: screened[k]}) for r, k in zip(candidates, keys)]
+    kept = {arch_key(r["arch"]) for r in select_spread(rescored, metric, config.archs, costs)}
+    logger.info("screened: %s", ", ".join(f"id {r['id']} {r[metric]:.2f}{' (continues)' if k in kept else ''}"
+                                          for r, k in zip(rescored, keys)))
+    return [r for r, k in zip(candidates, keys) if k in kept], trainer
+
+
 def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str, dict]:
     """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
     config: FinalizeConfig = ctx.config.search.finalize
-    task, space, run_dir = ctx.task, ctx.space, ctx.run_dir
+    task, run_dir = ctx.task, ctx.run_dir
     search = ctx.config.search
     costs = search.evolution.costs if search.strategy == "evolution" else ("latency_ms",)
-    chosen = select_spread(feasible_records(records, search), task.metric, config.archs, costs)
-    if not chosen:
+    candidates = select_spread(feasible_records(records, search), task.metric,
+                               config.screen_archs if config.screening else config.archs, costs)
+    if not candidates:
         return {}
+    started = time.perf_counter()
+    chosen, screening = _screen(ctx, candidates, evaluator, costs) if config.screening else (candidates, None)
     journal = EvaluationJournal(run_dir.checkpoint_dir / "finalized.jsonl")
     scored = {r["key"]: r for r in journal.load()}
     keys = [arch_key(r["arch"]) for r in chosen]
-    started = time.perf_counter()
     if not all(k in scored for k in keys):
-        torch.manual_seed(ctx.config.seed)  # fresh weights of the `scratch` init
-        if config.init == "inherited":
-            nets = [evaluator.subnet(r["arch"]) for r in chosen]
-        else:
-            fresh = space.build_supernet()
-            nets = [fresh.extract(r["arch"]) for r in chosen]
-        teacher = evaluator.subnet(space.largest()).eval() if config.kd_ratio > 0 else None
-        if teacher is not None:
-            teacher.requires_grad_(False)
         logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
                     [r["id"] for r in chosen], config.init, config.epochs, config.kd_ratio)
-        trainer = LockstepTrainer(nets, teacher, task, ctx.config.train, config, ctx.config.seed,
-                                  run_dir.checkpoint_dir / "finalize.pt", keys, device=evaluator.device)
+        checkpoint = run_dir.checkpoint_dir / "finalize.pt"
+        if config.screening and not checkpoint.exists():  # the chosen archs continue from the screening
+            screening = screening or _lockstep(ctx, candidates, evaluator, run_dir.checkpoint_dir / "screen.pt",
+                                               stop_epochs=config.screen_epochs)
+            trainer = screening.continued([i for i, r in enumerate(candidates) if arch_key(r["arch"]) in keys],
+                                          checkpoint)
+        else:
+            trainer = _lockstep(ctx, chosen, evaluator, checkpoint)
         trainer.train(progress=ctx.progress)
         calibrate = ctx.config.train.channels_last
-        for record, key, net in zip(chosen, keys, nets):
+        for record, key, net in zip(chosen, keys, trainer.nets):
             if key in scored:
                 continue
             net = recalibrate_batchnorm(net, task.calibration_batches(), calibrate)

@@ -83,6 +83,8 @@ def test_config_is_validated(tmp_path):
     with pytest.raises(ConfigError, match="epochs"):
         load_config(SMOKE, ["search.finalize.epochs=0"])
     assert load_config(SMOKE, ["search.strategy=differentiable", "search.finalize.archs=2"]).search.finalize.archs == 2
+    with pytest.raises(ConfigError, match="screen_epochs"):
+        load_config(SMOKE, ["search.finalize.screen_archs=6", "search.finalize.screen_epochs=1"])  # = epochs
 
 
 class _Task:
@@ -108,6 +110,21 @@ def _nets():
     return [nn.Sequential(nn.Flatten(), nn.Linear(16, 2)) for _ in range(2)]
 
 
+def _train_killed_at_call(trainer: LockstepTrainer, n: int) -> None:
+    """Train until the `n`-th training step is asked for, then stop as a kill would."""
+    original, calls = trainer.train_step, []
+
+    def killed(x, y):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return original(x, y)
+
+    trainer.train_step = killed
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train(progress=False)
+
+
 def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
     task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
                                        checkpoint_every=3)
@@ -119,18 +136,7 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
     whole.train(progress=False)
     assert all(not torch.equal(b, net[1].weight) for b, net in zip(before, whole.nets))
 
-    cut = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
-    original, calls = cut.train_step, []
-
-    def killed_at_step_8(x, y):
-        calls.append(1)
-        if len(calls) == 8:
-            raise KeyboardInterrupt
-        return original(x, y)
-
-    cut.train_step = killed_at_step_8
-    with pytest.raises(KeyboardInterrupt):
-        cut.train(progress=False)
+    _train_killed_at_call(LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"]), 8)
     resumed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
     assert resumed.global_step == 6  # the last checkpoint (every 3 steps)
     resumed.train(progress=False)
@@ -138,6 +144,28 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RunDirError, match="other archs"):
         LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
+
+
+def test_screened_archs_continue_their_schedule(tmp_path):
+    """A screening trainer stops part-way; the archs kept continue its schedule (and resume) to the weights that
+    training them from the start would give."""
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
+                                       checkpoint_every=3)
+    config = FinalizeConfig(epochs=2, warmup_epochs=1, kd_ratio=0.0, archs=1, screen_archs=2, screen_epochs=0.5)
+    whole = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "whole.pt", ["x", "y"])
+    whole.train(progress=False)
+    screen = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "screen.pt", ["x", "y"],
+                             stop_epochs=0.5)
+    screen.train(progress=False)
+    assert screen.global_step == 4 and screen.done and screen.lr(4) == whole.lr(4)
+    kept = screen.continued([1], tmp_path / "kept.pt")
+    assert kept.names == ["y"] and not kept.done
+    _train_killed_at_call(kept, 6)
+    again = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "screen.pt", ["x", "y"],
+                            stop_epochs=0.5).continued([1], tmp_path / "kept.pt")
+    assert again.global_step == 9  # the continuation's last checkpoint (every 3 steps), not the screening's
+    again.train(progress=False)
+    assert again.global_step == 16 and torch.equal(again.nets[0][1].weight, whole.nets[1][1].weight)
 
 
 def test_headline_against_the_baselines():
