@@ -211,7 +211,8 @@ def test_export_uses_the_finalised_weights(smoke_run, tmp_path):
 
 
 def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path, monkeypatch, caplog):
-    """A copy of the finished run loses its finalisation, is interrupted in the middle of it, then resumed."""
+    """A copy of the finished run loses its finalisation (screening included), is interrupted after the screening
+    in the middle of the chosen archs' training, then resumed."""
     import nas.finalize as finalize_module
 
     run = RunDir(tmp_path / "run")
@@ -220,20 +221,23 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     (run.checkpoint_dir / "finalize.pt").unlink()
     (run.checkpoint_dir / "finalized.jsonl").unlink()
     (run.checkpoint_dir / "finalized_int8.jsonl").unlink()
+    (run.checkpoint_dir / "screen.pt").unlink()
+    (run.checkpoint_dir / "screened.jsonl").unlink()
     original = finalize_module.LockstepTrainer.train_step
     calls = {"n": 0}
 
-    def killed_at_step_7(self, x, y):
+    def killed_at_step_10(self, x, y):  # 5 screening steps, then 4 of the chosen archs
         calls["n"] += 1
-        if calls["n"] == 7:
+        if calls["n"] == 10:
             raise KeyboardInterrupt
         return original(self, x, y)
 
-    monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", killed_at_step_7)
+    monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", killed_at_step_10)
     assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 130  # interrupted
     assert not (run.checkpoint_dir / "finalized.jsonl").exists()
+    assert len((run.checkpoint_dir / "screened.jsonl").read_text().splitlines()) == 5
     monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", original)
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 0
-    assert "resumed finalisation at step 4 of 16" in caplog.text
+    assert "resumed finalisation at step 8 of 16" in caplog.text and "screening" not in caplog.text
     assert run.candidates.read_text() == smoke_run.candidates.read_text()

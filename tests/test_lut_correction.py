@@ -128,8 +128,8 @@ def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path, capsy
     foreign.write_text(json.dumps(table))
     short = ["task.train_size=128", "task.batch_size=32", "task.eval_images=64", "task.calib_images=32",
              "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
-             "search.finalize.archs=1", "search.finalize.epochs=0.1", "baselines=[]", f"cost.model=lut:{foreign}",
-             "cost.correct=auto", "cost.correction_archs=4"]
+             "search.finalize.archs=1", "search.finalize.screen_archs=0", "search.finalize.epochs=0.1", "baselines=[]",
+             f"cost.model=lut:{foreign}", "cost.correct=auto", "cost.correction_archs=4"]
     assert main(["search", SMOKE, *short, "--out", str(out), "--no-progress"]) == 0
     record = json.loads((out / CORRECTION_FILE).read_text())
     assert record["applied"] and record["measured_elsewhere"]["host"] == "another-machine"

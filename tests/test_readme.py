@@ -23,7 +23,8 @@ DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 #: shrink a classification search to seconds: a sliver of the data, one short generation, two finalised archs
 SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
          "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
-         "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.int8=false", "baselines=[]"]
+         "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
+         "search.finalize.int8=false", "baselines=[]"]
 #: the smallest space with four archs, enough for a table's validation (2 fit a correction, 2 check it)
 FOUR_ARCH_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.kernel_sizes=[3, 5]",
                    "space.expand_ratios=[3, 4]"]
