@@ -63,7 +63,7 @@ class FinalizeConfig:
             `select_spread`).
         screen_archs: archs trained for the first `screen_epochs` before `archs` of them are chosen to continue,
             by their val metric then (0, or not more than `archs` = no screening).
-        screen_epochs: the screening's share of `epochs`.
+        screen_epochs: how far into the schedule the screening trains (below `epochs`).
         init: "inherited" (fine-tune the supernet's weights) or "scratch" (train from fresh weights).
         epochs: passes over the training split (fractions allowed).
         lr: peak learning rate (linear warm-up, cosine to 0); None = the supernet's `train.lr`. Optimizer,
@@ -95,15 +95,15 @@ class FinalizeConfig:
             raise ValueError("screen_archs: must be >= 0")
         if self.screening and not 0 < self.screen_epochs < self.epochs:
             raise ValueError(f"screen_epochs: must be > 0 and below epochs ({self.epochs:g})")
-
-    @property
-    def screening(self) -> bool:
-        return self.screen_archs > self.archs > 0
         for name in ("warmup_epochs", "kd_ratio"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
         if self.lr is not None and self.lr <= 0:
             raise ValueError("lr: must be > 0 (or null for train.lr)")
+
+    @property
+    def screening(self) -> bool:
+        return self.screen_archs > self.archs > 0
 
 
 # ---------------------------------------------------------------------------------------------------- selection

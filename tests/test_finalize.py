@@ -83,6 +83,8 @@ def test_config_is_validated(tmp_path):
     with pytest.raises(ConfigError, match="epochs"):
         load_config(SMOKE, ["search.finalize.epochs=0"])
     assert load_config(SMOKE, ["search.strategy=differentiable", "search.finalize.archs=2"]).search.finalize.archs == 2
+    with pytest.raises(ConfigError, match="kd_ratio"):
+        load_config(SMOKE, ["search.finalize.kd_ratio=-1"])
     with pytest.raises(ConfigError, match="screen_epochs"):
         load_config(SMOKE, ["search.finalize.screen_archs=6", "search.finalize.screen_epochs=1"])  # = epochs
 
