@@ -274,6 +274,13 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
     if top.device not in DEVICES:
         raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(DEVICES)}")
-    return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space,
-                     train=_structured(TrainConfig, top.train, "train"), search=search, cost=cost,
-                     baselines=baselines, adapt_threads=top.adapt_threads, device=top.device)
+    train = _structured(TrainConfig, top.train, "train")
+    if search.strategy != "evolution":  # the sandwich rule is the evolution's supernet training
+        for name in ("sandwich_random", "distill"):
+            if getattr(train, name) != getattr(TrainConfig, name):
+                raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the sandwich rule "
+                                  f"of the evolution strategy's supernet training, which search.strategy="
+                                  f"{search.strategy} does not use; leave it at {getattr(TrainConfig, name)}")
+    return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
+                     search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
+                     device=top.device)

@@ -126,6 +126,9 @@ CASES = {
                                  "search.evolution.population: must be >= 4"),
     "a setting that would be ignored": Case(_search(SMOKE, "task.auto_augment=rand-m9-mstd0.5"),
                                             "auto_augment: applies to image_folder data"),
+    "a sandwich setting the strategy ignores": Case(_search(SMOKE, "search.strategy=differentiable",
+                                                            "train.sandwich_random=3"),
+                                                    "train.sandwich_random: 3 would be ignored"),
     # data
     "no data": Case(_search(SMOKE, "task.root=/nonexistent"), "apt-get install"),
     "image folder of non-images": Case(lambda d, r: _image_folder(d), "cannot read image"),

@@ -135,7 +135,8 @@ class DifferentiableSearch:
     Args:
         space / task / cost_model: what the run searches, on what, with which latency source.
         train: the weight-training recipe (`train.epochs` passes over the weight split in all; the sandwich
-            settings `sandwich_random` and `distill` belong to `SupernetTrainer` and play no part here).
+            settings `sandwich_random` and `distill` belong to `SupernetTrainer`: a config that changes them is
+            refused).
         config: `DifferentiableConfig`.
         seed: run seed (initial weights, data split, gate samples, dropout).
         checkpoint_path: file of the whole state; loaded when it exists. It holds the supernet weights under
