@@ -59,8 +59,8 @@ class OpenVinoNet(nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        self.compiled = openvino().Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32",
-                                                               "INFERENCE_NUM_THREADS": torch.get_num_threads()})
+        self.compiled = openvino().Core().compile_model(
+            model, "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": torch.get_num_threads()})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.from_numpy(self.compiled([x.numpy()])[self.compiled.output(0)].copy())
