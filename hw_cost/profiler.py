@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from .cost_model import CostModelError
 from .layers import LayerSpec
+from .openvino_runtime import openvino
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +53,6 @@ class OpenVinoProfiler:
     """Compiles torch modules with OpenVINO and times batch-1 synchronous inference on one device."""
 
     def __init__(self, settings: MeasureSettings):
-        from .openvino_runtime import openvino
-
         ov = openvino()
         self.settings = settings
         self.core = ov.Core()

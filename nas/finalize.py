@@ -357,6 +357,12 @@ def _lockstep(ctx, records: Sequence[dict], evaluator: ArchEvaluator, checkpoint
                            [arch_key(r["arch"]) for r in records], device=evaluator.device, stop_epochs=stop_epochs)
 
 
+def _screening_trainer(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator) -> LockstepTrainer:
+    """The lockstep trainer of all screened archs, stopping at `screen_epochs` (resumed from screen.pt)."""
+    return _lockstep(ctx, candidates, evaluator, ctx.run_dir.checkpoint_dir / "screen.pt",
+                     stop_epochs=ctx.config.search.finalize.screen_epochs)
+
+
 def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
             costs: Sequence[str]) -> tuple[list[dict], LockstepTrainer | None]:
     """(the `archs` of `candidates` that continue, chosen by their val metric after `screen_epochs`; the
@@ -370,8 +376,7 @@ def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
     if not all(k in screened for k in keys):
         logger.info("screening %d archs (ids %s) for %.3g of %.3g epochs", len(candidates),
                     [r["id"] for r in candidates], config.screen_epochs, config.epochs)
-        trainer = _lockstep(ctx, candidates, evaluator, ctx.run_dir.checkpoint_dir / "screen.pt",
-                            stop_epochs=config.screen_epochs)
+        trainer = _screening_trainer(ctx, candidates, evaluator)
         trainer.train(progress=ctx.progress)
         for key, net in zip(keys, trainer.nets):
             if key not in screened:
@@ -404,8 +409,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
                     [r["id"] for r in chosen], config.init, config.epochs, config.kd_ratio)
         checkpoint = run_dir.checkpoint_dir / "finalize.pt"
         if config.screening and not checkpoint.exists():  # the chosen archs continue from the screening
-            screening = screening or _lockstep(ctx, candidates, evaluator, run_dir.checkpoint_dir / "screen.pt",
-                                               stop_epochs=config.screen_epochs)
+            screening = screening or _screening_trainer(ctx, candidates, evaluator)
             trainer = screening.continued([i for i, r in enumerate(candidates) if arch_key(r["arch"]) in keys],
                                           checkpoint)
         else:

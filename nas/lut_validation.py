@@ -14,6 +14,7 @@ import numpy as np
 
 from hw_cost.cost_model import CostModelError
 from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
+from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace
 
@@ -150,8 +151,6 @@ def measured_latencies(run_dir) -> dict[str, float]:
 
 
 def _device_here(device: str) -> bool:
-    from hw_cost.openvino_runtime import openvino
-
     return device in openvino().Core().available_devices
 
 
