@@ -28,6 +28,7 @@ scores.
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import math
 import time
@@ -45,7 +46,7 @@ from tasks.data import batch_seed, to_device
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
-from .runtime import StopRequests, ThreadGovernor, check_finite
+from .runtime import StopRequests, ThreadGovernor, check_finite, flush_denormals
 from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
@@ -72,6 +73,10 @@ class FinalizeConfig:
         kd_ratio: weight of the distillation loss from the supernet's largest arch, added to the task loss
             (0 = task loss only, no teacher).
         int8: also score each finalised arch quantized to INT8 (`nas.quantize`): `final_int8_test_<metric>`.
+        run_budget_minutes: the run's wall time (all its sessions) by which finalisation should have ended, its
+            scoring included: finalisation then times a few of its training steps and trains for as much of
+            `epochs` as fits in what is left (never under half of it, see `budgeted_epochs`); 0 = no budget.
+            Machines differ by several times in speed; this keeps a run's length, not its recipe.
     """
 
     archs: int = 8
@@ -83,6 +88,7 @@ class FinalizeConfig:
     warmup_epochs: float = 0.0
     kd_ratio: float = 1.0
     int8: bool = False
+    run_budget_minutes: float = 0.0
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -95,9 +101,11 @@ class FinalizeConfig:
             raise ValueError("screen_archs: must be >= 0")
         if self.screening and not 0 < self.screen_epochs < self.epochs:
             raise ValueError(f"screen_epochs: must be > 0 and below epochs ({self.epochs:g})")
-        for name in ("warmup_epochs", "kd_ratio"):
+        for name in ("warmup_epochs", "kd_ratio", "run_budget_minutes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be >= 0")
+        if self.run_budget_minutes and self.screening:
+            raise ValueError("run_budget_minutes: not with screening (screen_archs > archs); set one of them to 0")
         if self.lr is not None and self.lr <= 0:
             raise ValueError("lr: must be > 0 (or null for train.lr)")
 
@@ -179,8 +187,6 @@ class LockstepTrainer:
     def __init__(self, nets: list[nn.Module], teacher: nn.Module | None, task, train: TrainConfig,
                  config: FinalizeConfig, seed: int, checkpoint_path: Path, names: list[str], *,
                  device: torch.device | str = "cpu", stop_epochs: float | None = None):
-        from timm.optim import create_optimizer_v2
-
         self.nets, self.teacher, self.task, self.train_config, self.config = nets, teacher, task, train, config
         self.seed, self.checkpoint_path, self.names = seed, Path(checkpoint_path), list(names)
         self.device = torch.device(device)
@@ -190,8 +196,7 @@ class LockstepTrainer:
             for net in nets:
                 to_channels_last(net)
         self.peak_lr = config.lr if config.lr is not None else train.lr
-        self.optimizers = [create_optimizer_v2(net, opt=train.opt, lr=self.peak_lr, weight_decay=train.weight_decay,
-                                               momentum=train.momentum) for net in nets]
+        self.optimizers = [self._optimizer(net) for net in nets]
         self.steps_per_epoch = task.train_batches.steps_per_epoch()
         self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
@@ -200,9 +205,38 @@ class LockstepTrainer:
         if self.checkpoint_path.exists():
             self._load()
 
+    def _optimizer(self, net: nn.Module):
+        from timm.optim import create_optimizer_v2
+
+        train = self.train_config
+        return create_optimizer_v2(net, opt=train.opt, lr=self.peak_lr, weight_decay=train.weight_decay,
+                                   momentum=train.momentum)
+
     @property
     def done(self) -> bool:
         return self.global_step >= self.stop_step
+
+    def shorten(self, epochs: float) -> None:
+        """Make the schedule `epochs` long (warm-up and cosine over the new length); only before its first step."""
+        if self.global_step:
+            raise RuntimeError("LockstepTrainer.shorten: the schedule has started")
+        self.total_steps = self.stop_step = max(1, round(epochs * self.steps_per_epoch))
+
+    def seconds_per_step(self, steps: int = 10) -> float:
+        """Mean wall time of one lockstep step, loading its batch included, timed as `train` runs it on copies of
+        the nets (fresh optimizers, the first batches of the schedule) after two untimed steps: the training
+        itself is left untouched."""
+        probe = copy.copy(self)
+        probe.nets = copy.deepcopy(self.nets)
+        probe.optimizers = [self._optimizer(net) for net in probe.nets]
+        batches = self.task.train_batches(0, 0)
+        with flush_denormals():
+            for _, x, y in itertools.islice(batches, 2):
+                probe.train_step(*self._prepared(x, y))
+            started = time.perf_counter()
+            for _, x, y in itertools.islice(batches, steps):
+                probe.train_step(*self._prepared(x, y))
+        return (time.perf_counter() - started) / steps
 
     def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
         """A trainer of the nets at `indices` (and their optimizers) that continues this one's schedule to its end,
@@ -224,8 +258,8 @@ class LockstepTrainer:
         return self.peak_lr * 0.5 * (1 + math.cos(math.pi * t))
 
     def state_dict(self) -> dict:
-        return {"global_step": self.global_step, "names": self.names, "nets": [n.state_dict() for n in self.nets],
-                "optimizers": [o.state_dict() for o in self.optimizers]}
+        return {"global_step": self.global_step, "total_steps": self.total_steps, "names": self.names,
+                "nets": [n.state_dict() for n in self.nets], "optimizers": [o.state_dict() for o in self.optimizers]}
 
     def _load(self) -> None:
         state = load_checkpoint(self.checkpoint_path)
@@ -237,10 +271,19 @@ class LockstepTrainer:
         for optimizer, opt_state in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(opt_state)
         self.global_step = state["global_step"]
+        planned = state.get("total_steps", self.total_steps)  # a budget may have shortened the schedule
+        if self.stop_step == self.total_steps:
+            self.stop_step = planned
+        self.total_steps = planned
         logger.info("resumed finalisation at step %d of %d", self.global_step, self.stop_step)
 
     def save(self) -> None:
         atomic_torch_save(self.state_dict(), self.checkpoint_path)
+
+    def _prepared(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.train_config.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return to_device(x, self.device), to_device(y, self.device)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
         """One optimizer step of every net on one batch; returns their losses."""
@@ -277,15 +320,13 @@ class LockstepTrainer:
                    unit="step", disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
-              ThreadGovernor() as governor):
+              ThreadGovernor() as governor, flush_denormals()):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
                     if self.done:
                         break
-                    if self.train_config.channels_last:
-                        x = x.contiguous(memory_format=torch.channels_last)
-                    x, y = to_device(x, self.device), to_device(y, self.device)
+                    x, y = self._prepared(x, y)
                     torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
                     with governor.timed_step():
                         losses = self.train_step(x, y)
@@ -389,8 +430,39 @@ def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
     return [r for r, k in zip(candidates, keys) if k in kept], trainer
 
 
-def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str, dict]:
-    """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores."""
+def budgeted_epochs(epochs: float, seconds_left: float, step_seconds: float, steps_per_epoch: int,
+                    scoring_seconds: float) -> float:
+    """The epochs, in tenths, whose training and the scoring after it fit in `seconds_left`: at most `epochs`, and
+    never under half of them (a budget spent elsewhere is exceeded rather than the archs left untrained)."""
+    fit = (seconds_left - scoring_seconds) / (step_seconds * steps_per_epoch)
+    return min(epochs, max(epochs / 2, math.floor(fit * 10) / 10))
+
+
+def _fit_to_budget(ctx, trainer: LockstepTrainer, seconds_left: float) -> None:
+    """Shorten a fresh finalisation schedule to the time the run's budget leaves it, timed on copies (a few
+    training steps, and scoring one net); the plan is checkpointed at once, so a resumed run keeps it."""
+    config: FinalizeConfig = ctx.config.search.finalize
+    started = time.perf_counter()
+    step_seconds = trainer.seconds_per_step()
+    probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
+    timed = time.perf_counter()
+    _scores(ctx.task, recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last))
+    scoring = (time.perf_counter() - timed) * len(trainer.nets)
+    left = seconds_left - (time.perf_counter() - started)
+    epochs = budgeted_epochs(config.epochs, left, step_seconds, trainer.steps_per_epoch, scoring)
+    trainer.shorten(epochs)
+    trainer.save()
+    logger.info("run budget %g min: %.1f min left for finalisation; a lockstep step takes %.2f s, scoring about "
+                "%.0f s -> %.3g of %.3g epochs (about %.1f min)", config.run_budget_minutes, left / 60,
+                step_seconds, scoring, epochs, config.epochs,
+                (trainer.total_steps * step_seconds + scoring) / 60)
+
+
+def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
+             seconds_left: float | None = None) -> dict[str, dict]:
+    """Finalise the run's chosen archs (see the module docstring); returns arch key -> final scores.
+
+    `seconds_left`: what the run's budget (`run_budget_minutes`) leaves for finalisation; None = no budget."""
     config: FinalizeConfig = ctx.config.search.finalize
     task, run_dir = ctx.task, ctx.run_dir
     search = ctx.config.search
@@ -413,7 +485,10 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator) -> dict[str
             trainer = screening.continued([i for i, r in enumerate(candidates) if arch_key(r["arch"]) in keys],
                                           checkpoint)
         else:
+            fresh = not checkpoint.exists()
             trainer = _lockstep(ctx, chosen, evaluator, checkpoint)
+            if fresh and seconds_left is not None:
+                _fit_to_budget(ctx, trainer, seconds_left)
         trainer.train(progress=ctx.progress)
         calibrate = ctx.config.train.channels_last
         for record, key, net in zip(chosen, keys, trainer.nets):

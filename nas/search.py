@@ -174,6 +174,11 @@ class StageClock:
             seconds[self.stage] = round(seconds.get(self.stage, 0.0) + now - self.since, 3)
         self.stage, self.since = stage, now
 
+    def elapsed(self) -> float:
+        """Seconds of the run so far: every stage of every session, the running one included."""
+        running = time.perf_counter() - self.since if self.stage is not None else 0.0
+        return sum(self.record["seconds"].values()) + running
+
     def save(self) -> None:
         """End the current stage and write the record, this session counted."""
         self.start(None)
@@ -259,7 +264,8 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     run_dir = ctx.run_dir
     write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
     clock.start("finalisation")
-    finals = finalize(ctx, records, outcome.evaluator)
+    budget = ctx.config.search.finalize.run_budget_minutes
+    finals = finalize(ctx, records, outcome.evaluator, seconds_left=budget * 60 - clock.elapsed() if budget else None)
     clock.start("measuring the finalised archs")
     # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
     measured_beside_predicted(ctx, list({r["key"]: r for r in records if r["key"] in finals}.values()))

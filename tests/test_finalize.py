@@ -9,9 +9,10 @@ import torch.nn as nn
 
 from conftest import SMOKE
 from nas.cli import main
-from nas.config import ConfigError, load_config
+from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
-from nas.finalize import FinalizeConfig, LockstepTrainer, feasible_records, ranking_fidelity, select_spread
+from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_epochs, feasible_records, ranking_fidelity,
+                          select_spread)
 from nas.report import headline, read_csv
 from nas.rundir import RunDir
 from nas.supernet_training import TrainConfig
@@ -87,6 +88,18 @@ def test_config_is_validated(tmp_path):
         load_config(SMOKE, ["search.finalize.kd_ratio=-1"])
     with pytest.raises(ConfigError, match="screen_epochs"):
         load_config(SMOKE, ["search.finalize.screen_archs=6", "search.finalize.screen_epochs=1"])  # = epochs
+    with pytest.raises(ConfigError, match="run_budget_minutes: must be >= 0"):
+        load_config(SMOKE, ["search.finalize.run_budget_minutes=-1"])
+    with pytest.raises(ConfigError, match="run_budget_minutes: not with screening"):
+        load_config(SMOKE, ["search.finalize.run_budget_minutes=20"])  # the smoke config screens
+
+
+def test_budgeted_epochs():
+    # 100 steps an epoch at 0.5 s, 60 s of scoring: 3 epochs need 210 s
+    assert budgeted_epochs(3, 1000, 0.5, 100, 60) == 3
+    assert budgeted_epochs(3, 190, 0.5, 100, 60) == 2.6  # (190 - 60) / 50 = 2.6
+    assert budgeted_epochs(3, 189, 0.5, 100, 60) == 2.5  # cut down to tenths
+    assert budgeted_epochs(3, 10, 0.5, 100, 60) == 1.5  # never under half
 
 
 class _Task:
@@ -146,6 +159,33 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RunDirError, match="other archs"):
         LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
+
+
+def test_shortened_schedule_is_kept_on_resume(tmp_path):
+    """A schedule shortened before its first step (a run budget) equals one configured that long, and a resumed
+    trainer keeps it from its checkpoint; timing steps on copies leaves the nets as they were."""
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
+                                       checkpoint_every=3)
+    short = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=1, kd_ratio=0.0), 0,
+                            tmp_path / "short.pt", ["x", "y"])
+    short.train(progress=False)
+    config = FinalizeConfig(epochs=2, kd_ratio=0.0)
+    shortened = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
+    before = [net[1].weight.detach().clone() for net in shortened.nets]
+    assert shortened.seconds_per_step(steps=2) > 0
+    assert all(torch.equal(b, net[1].weight) for b, net in zip(before, shortened.nets))
+    shortened.shorten(1)
+    assert shortened.total_steps == shortened.stop_step == 8
+    shortened.save()
+    _train_killed_at_call(shortened, 5)
+    resumed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
+    assert (resumed.global_step, resumed.total_steps) == (3, 8)
+    resumed.train(progress=False)
+    assert resumed.global_step == 8
+    for a, b in zip(short.nets, resumed.nets):
+        assert torch.equal(a[1].weight, b[1].weight)
+    with pytest.raises(RuntimeError, match="started"):
+        resumed.shorten(2)
 
 
 def test_screened_archs_continue_their_schedule(tmp_path):
@@ -243,3 +283,21 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
         assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "resumed finalisation at step 8 of 16" in caplog.text and "screening" not in caplog.text
     assert run.candidates.read_text() == smoke_run.candidates.read_text()
+
+
+def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
+    """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
+    finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
+    run = RunDir(tmp_path / "run")
+    shutil.copytree(smoke_run.path, run.path)
+    shutil.rmtree(run.checkpoint_dir / "final")
+    for name in ("finalize.pt", "finalized.jsonl", "finalized_int8.jsonl", "screen.pt", "screened.jsonl"):
+        (run.checkpoint_dir / name).unlink()
+    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01"]
+    run.config.write_text(config_to_yaml(load_config(run.config, overrides)))
+    with caplog.at_level("INFO", logger="nas.finalize"):
+        assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
+    assert "run budget 0.01 min" in caplog.text and "-> 0.5 of 1 epochs" in caplog.text
+    assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 8  # half of the smoke's 16 steps
+    final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
+    assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)

@@ -34,7 +34,7 @@ from search_spaces import SearchSpace
 
 from ..config import ConfigError
 from ..rundir import atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests, ThreadGovernor, check_finite
+from ..runtime import StopRequests, ThreadGovernor, check_finite, flush_denormals
 from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
@@ -332,7 +332,7 @@ class DifferentiableSearch:
         started = time.perf_counter()
         every = self.train_config.checkpoint_every
         with (StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step),
-              ThreadGovernor() as governor):
+              ThreadGovernor() as governor, flush_denormals()):
             while self.global_step < self.search_steps:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.weight_batches(epoch, start):
