@@ -46,7 +46,7 @@ from tasks.data import batch_seed, to_device
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
-from .runtime import StopRequests, ThreadGovernor, check_finite, flush_denormals
+from .runtime import StopRequests, ThreadGovernor, check_finite
 from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
@@ -230,12 +230,11 @@ class LockstepTrainer:
         probe.nets = copy.deepcopy(self.nets)
         probe.optimizers = [self._optimizer(net) for net in probe.nets]
         batches = self.task.train_batches(0, 0)
-        with flush_denormals():
-            for _, x, y in itertools.islice(batches, 2):
-                probe.train_step(*self._prepared(x, y))
-            started = time.perf_counter()
-            for _, x, y in itertools.islice(batches, steps):
-                probe.train_step(*self._prepared(x, y))
+        for _, x, y in itertools.islice(batches, 2):
+            probe.train_step(*self._prepared(x, y))
+        started = time.perf_counter()
+        for _, x, y in itertools.islice(batches, steps):
+            probe.train_step(*self._prepared(x, y))
         return (time.perf_counter() - started) / steps
 
     def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
@@ -320,7 +319,7 @@ class LockstepTrainer:
                    unit="step", disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
-              ThreadGovernor() as governor, flush_denormals()):
+              ThreadGovernor() as governor):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):

@@ -16,8 +16,7 @@ from .errors import TrainingDiverged
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["keep_freed_memory", "flush_denormals", "StopRequests", "interrupt_on_sigterm", "check_finite",
-           "ThreadGovernor"]
+__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_sigterm", "check_finite", "ThreadGovernor"]
 
 #: glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -42,25 +41,6 @@ def keep_freed_memory() -> bool:
         logger.debug("no glibc mallopt: allocator left as it is")
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, _ONE_GIB)) and bool(mallopt(_M_TRIM_THRESHOLD, _ONE_GIB))
-
-
-@contextmanager
-def flush_denormals() -> Iterator[None]:
-    """Treat subnormal floats as zero while training (the CPU's flush-to-zero / denormals-are-zero modes).
-
-    Weights, gradients and optimizer moments drift into the subnormal range as training goes on, and each
-    operation on a subnormal float takes a slow path on x86: with flushing, a finalisation step of the default
-    config's 8 archs took 0.42 s instead of 0.50 s (2-core Xeon VM). Values below 1.2e-38 do not move a
-    network's weights. Switched back off afterwards: numpy code in the same thread (VPUNN) keeps IEEE semantics.
-    """
-    import torch
-
-    enabled = torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        if enabled:
-            torch.set_flush_denormal(False)
 
 
 def check_finite(losses: list[float], what: str, step: int) -> None:

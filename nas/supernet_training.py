@@ -36,7 +36,7 @@ from tasks.data import DataError, batch_seed, to_device
 
 from .distributed import Distributed
 from .rundir import atomic_torch_save, load_checkpoint
-from .runtime import StopRequests, ThreadGovernor, check_finite, flush_denormals
+from .runtime import StopRequests, ThreadGovernor, check_finite
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class SupernetTrainer:
                    disable=not progress or not self.dist.is_main, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "supernet training", first),
-              ThreadGovernor() as governor, flush_denormals()):
+              ThreadGovernor() as governor):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
