@@ -20,6 +20,10 @@ val metric then chooses the `archs` that continue (`select_spread` again, on it)
 (Jamieson & Talwalkar 2016; Hyperband). The chosen archs continue where they stopped, so each gets the same
 schedule as without screening.
 
+Machines differ by several times in speed: under a run budget (`run_budget_minutes`), the schedule is shortened
+before its first step to what the run has left (`_fit_to_budget`), so a run keeps its length rather than its
+epochs.
+
 Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the
 screening's in a file of its own), screening scores and each scored arch are journaled (a finalised arch after
 its weights are saved, its INT8 score in a journal of its own), so a restart repeats neither finished steps nor
@@ -217,7 +221,7 @@ class LockstepTrainer:
         return self.global_step >= self.stop_step
 
     def shorten(self, epochs: float) -> None:
-        """Make the schedule `epochs` long (warm-up and cosine over the new length); only before its first step."""
+        """Make the schedule `epochs` long (its cosine then ends there); only before its first step."""
         if self.global_step:
             raise RuntimeError("LockstepTrainer.shorten: the schedule has started")
         self.total_steps = self.stop_step = max(1, round(epochs * self.steps_per_epoch))
