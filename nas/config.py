@@ -1,9 +1,9 @@
 """Run configs: YAML files mapped onto the dataclasses of the components they configure.
 
 Sections with a `type` (task, space) are checked against the dataclass registered for that name; `search` holds
-a sub-section per strategy (`nas.strategies.SearchConfig`); the others are fixed dataclasses. Unknown keys,
-wrong types and missing files fail with one line naming the key. Relative paths (data roots, latency tables)
-are resolved against the config file's folder.
+a sub-section per registered strategy (`nas.strategies.STRATEGIES`, `SearchConfig`); the others are fixed
+dataclasses. Unknown keys, wrong types and missing files fail with one line naming the key. Relative paths (data
+roots, latency tables) are resolved against the config file's folder.
 """
 from __future__ import annotations
 
@@ -16,6 +16,9 @@ from typing import Any, Optional
 import yaml
 
 from .errors import ConfigError
+from .finalize import FinalizeConfig
+from .strategies import STRATEGIES, SearchConfig
+from .supernet_training import TrainConfig
 
 __all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "DEVICES"]
 
@@ -90,10 +93,8 @@ def _task_configs() -> dict[str, type]:
 
 
 def _search_config(raw: Any):
-    """The `search` section: `strategy`, one sub-section per strategy, `finalize` (see `SearchConfig`)."""
-    from .finalize import FinalizeConfig
-    from .strategies import STRATEGIES, SearchConfig
-
+    """The `search` section: `strategy`, one sub-section per registered strategy (`nas.strategies.STRATEGIES`),
+    `finalize` (see `SearchConfig`)."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError(f"search: expected a mapping, got {type(raw).__name__}")
@@ -105,9 +106,12 @@ def _search_config(raw: Any):
     strategy = raw.get("strategy", "evolution")
     if strategy not in STRATEGIES:
         raise ConfigError(f"search.strategy: unknown {strategy!r}; valid: {', '.join(sorted(STRATEGIES))}")
-    settings = {name: _structured(cls, raw.get(name), f"search.{name}") for name, (cls, _) in STRATEGIES.items()}
+    settings = {name: _structured(cls.config_class, raw.get(name), f"search.{name}")
+                for name, cls in STRATEGIES.items()}
+    own = {f.name for f in dataclasses.fields(SearchConfig)}  # the built-in strategies' settings have fields
     return SearchConfig(strategy=strategy, finalize=_structured(FinalizeConfig, raw.get("finalize"), "search.finalize"),
-                        **settings)
+                        **{k: v for k, v in settings.items() if k in own},
+                        extra={k: v for k, v in settings.items() if k not in own})
 
 
 @dataclass
@@ -142,6 +146,8 @@ class RunConfig:
 
 
 def _plain(value):
+    if isinstance(value, SearchConfig):  # every strategy's settings in a sub-section of its name
+        return {k: _plain(v) for k, v in value.sections().items()}
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
@@ -240,8 +246,6 @@ def load_space_config(raw: Any):
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Read, override, validate and resolve a run config."""
-    from .supernet_training import TrainConfig
-
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} not found")

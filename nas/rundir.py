@@ -20,7 +20,8 @@ from .errors import RunDirError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save", "load_checkpoint"]
+__all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save",
+           "load_checkpoint"]
 
 
 def _atomic_replace(path: Path, write) -> None:
@@ -119,7 +120,8 @@ class RunDir:
     journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "evaluations.jsonl"))
     baseline_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "baselines.jsonl"))
     test_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "test_metrics.jsonl"))
-    strategy_checkpoint = property(lambda self: self.checkpoint_dir / "strategy.pt")
+    #: the search strategy's `state_dict()` (JSON; `nas.strategies.SearchStrategy.persists_state`)
+    strategy_state = property(lambda self: self.checkpoint_dir / "strategy.json")
     log = property(lambda self: self.path / "run.log")
 
     def exists(self) -> bool:

@@ -25,6 +25,7 @@ from tasks import build_task
 
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
 from .distributed import Distributed, current, start
+from .errors import RunDirError
 from .evaluation import CachedEvaluator
 from .finalize import finalize
 from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
@@ -32,6 +33,7 @@ from .pareto import pareto_mask
 from .report import build_report, candidate_columns, candidate_rows, read_stage_times, write_csv
 from .rundir import RunDir, atomic_write_text
 from .runtime import ThreadGovernor
+from .strategies import STRATEGIES, SearchStrategy
 
 logger = logging.getLogger(__name__)
 
@@ -201,11 +203,33 @@ def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[st
     return rows
 
 
+def _start_strategy(ctx: SearchContext) -> SearchStrategy:
+    """The config's strategy (`nas.strategies.STRATEGIES`) with the state it recorded in an earlier session of
+    the run (RUN_DIR/checkpoint/strategy.json); after each generation, rank 0 writes candidates.csv and that
+    state."""
+    cls = STRATEGIES[ctx.config.search.strategy]
+    path = ctx.run_dir.strategy_state
+
+    def on_generation(records: list[dict]) -> None:
+        write_results(ctx, records, {})  # the front so far is on disk while the search runs
+        if cls.persists_state:
+            atomic_write_text(path, json.dumps(strategy.state_dict(), indent=1) + "\n")
+
+    strategy = cls(ctx, on_generation if ctx.dist.is_main else None)
+    if cls.persists_state and path.exists():
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it "
+                              "to resume without its check of the search, or start a new run with --out") from None
+        strategy.load_state_dict(state)
+    return strategy
+
+
 def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
     """Run (or resume) the whole search; returns the candidate rows written to candidates.csv (in every process
     of a torchrun launch)."""
     from .baselines import check_baselines
-    from .strategies import STRATEGIES
 
     ctx = build_context(config, run_dir, progress)
     dist = ctx.dist
@@ -233,7 +257,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
             if not dist.is_main:
                 load_run_correction(ctx.cost_model, run_dir)
         clock.start("supernet training and search")
-        outcome = STRATEGIES[config.search.strategy][1](ctx)
+        outcome = _start_strategy(ctx).run()
         records = outcome.evaluate.records
         # the test split scores the front only, after the search (the search itself never looks at it)
         clock.start("test scoring")

@@ -1,17 +1,29 @@
-"""Search strategies by name: each turns a `SearchContext` into evaluated architectures.
+"""Search strategies as registered classes: each turns a `SearchContext` into evaluated architectures.
 
-`STRATEGIES[name] = (config dataclass, runner)`. The config's `search` section (`SearchConfig`) names the
-strategy that runs and holds every strategy's settings in a sub-section of its name, so that one override
-(`search.strategy=differentiable`) switches strategy; `search.finalize` is common to all of them.
+A strategy is a `SearchStrategy` subclass registered under its `name` with `register_strategy`
+(`STRATEGIES[name]` is the class). Its `config_class` is the settings dataclass of the `search.<name>`
+sub-section: the config's `search` section (`SearchConfig`) names the strategy that runs and holds every registered
+strategy's settings in a sub-section of its name, so that one override (`search.strategy=differentiable`) switches
+strategy; `search.finalize` is common to all of them.
+
+`nas.search.run_search` creates the strategy of the config, loads the state it recorded in
+RUN_DIR/checkpoint/strategy.json into it on resume (`state_dict` / `load_state_dict`; a strategy that checkpoints
+itself sets `persists_state = False`), and writes candidates.csv and that state after each generation
+(the `on_generation` callback).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
-from .differentiable import DifferentiableConfig, run_differentiable
+from search_spaces import arch_key
+
+from .differentiable import DifferentiableConfig, DifferentiableSearch
+from .errors import RunDirError
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
 from .finalize import FinalizeConfig
@@ -19,7 +31,8 @@ from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRATEGIES", "SearchConfig", "SearchOutcome", "run_evolution", "train_supernet"]
+__all__ = ["STRATEGIES", "SearchStrategy", "register_strategy", "EvolutionSearch", "DifferentiableSearchStrategy",
+           "SearchConfig", "SearchOutcome", "train_supernet"]
 
 
 @dataclass
@@ -28,6 +41,71 @@ class SearchOutcome:
 
     evaluate: CachedEvaluator
     evaluator: ArchEvaluator
+
+
+class SearchStrategy(ABC):
+    """A search strategy of a run.
+
+    Class attributes: `name` (its key in `STRATEGIES` and the `search.<name>` sub-section of its settings),
+    `config_class` (the dataclass of those settings), `persists_state` (whether `run_search` keeps `state_dict()`
+    in RUN_DIR/checkpoint/strategy.json, as JSON; False for a strategy that checkpoints itself).
+
+    Args:
+        ctx: the run's `nas.search.SearchContext`.
+        on_generation: `on_generation(records)` after each generation (search epoch), with every record so far
+            (the run writes candidates.csv and the strategy's state there); None: nothing.
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type]
+    persists_state: ClassVar[bool] = True
+
+    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+        self.ctx, self.on_generation = ctx, on_generation
+
+    @property
+    def settings(self):
+        """This strategy's settings: the config's `search.<name>` sub-section, a `config_class` instance."""
+        return self.ctx.config.search.settings(self.name)
+
+    @abstractmethod
+    def run(self) -> SearchOutcome:
+        """Run (or, on resume, finish) the search."""
+
+    def state_dict(self) -> dict:
+        """The state a resumed run needs beyond the run directory's journals and checkpoints (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Take the state `state_dict()` gave in an earlier session of the run, before `run()`."""
+
+    def _generation_done(self, records: list[dict]) -> None:
+        if self.on_generation is not None:
+            self.on_generation(records)
+
+
+#: the registered strategies by name (`register_strategy`)
+STRATEGIES: dict[str, type[SearchStrategy]] = {}
+
+#: keys of the `search` section that are not strategies (and `SearchConfig.extra`)
+_RESERVED = ("strategy", "finalize", "extra")
+
+
+def register_strategy(cls: type[SearchStrategy]) -> type[SearchStrategy]:
+    """Class decorator: registers a `SearchStrategy` subclass under its `name`, so that `search.strategy=<name>`
+    runs it and `search.<name>` holds its settings (`config_class`)."""
+    if not (isinstance(cls, type) and issubclass(cls, SearchStrategy)):
+        raise TypeError(f"register_strategy: {cls!r} is not a SearchStrategy subclass")
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not name.isidentifier() or name in _RESERVED:
+        raise ValueError(f"register_strategy: {cls.__name__} needs a class attribute `name`, an identifier other "
+                         f"than {', '.join(_RESERVED)}")
+    if not is_dataclass(getattr(cls, "config_class", None)):
+        raise TypeError(f"register_strategy: {cls.__name__}.config_class must be a dataclass (its settings)")
+    if STRATEGIES.get(name, cls) is not cls:
+        raise ValueError(f"register_strategy: {name!r} is taken by {STRATEGIES[name].__name__}")
+    STRATEGIES[name] = cls
+    return cls
 
 
 def train_supernet(ctx) -> SupernetTrainer:
@@ -39,40 +117,151 @@ def train_supernet(ctx) -> SupernetTrainer:
     return trainer
 
 
-def run_evolution(ctx) -> SearchOutcome:
-    """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency).
+@register_strategy
+class EvolutionSearch(SearchStrategy):
+    """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency)
+    (`nas.evolution.EvolutionStrategy`).
 
     With several processes, each generation's new archs are scored spread over them (`CachedEvaluator.
-    evaluate_all`); the records, and so the search, are those of one process."""
-    from tqdm import tqdm
+    evaluate_all`); the records, and so the search, are those of one process.
 
-    from .search import write_results
+    The search is deterministic for a seed and its evaluations, so a resumed run replays it from the start with
+    the finished evaluations served from the journal. The state (`state_dict`: generations finished, arch keys
+    of the last one's archs in order) checks that replay: when it reaches the recorded generation, its archs
+    must be the recorded ones (else `RunDirError`). Generations the state records as finished are not reported
+    to `on_generation` again.
+    """
 
-    trainer = train_supernet(ctx)
-    evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
-                              ctx.config.train.channels_last)
-    evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
-    config: EvolutionConfig = ctx.config.search.evolution
-    bar = tqdm(total=config.population * config.generations, desc="search", unit="arch", disable=not ctx.progress,
-               dynamic_ncols=True)
+    name = "evolution"
+    config_class = EvolutionConfig
 
-    def evaluate_generation(archs: list[dict], generation: int) -> list[dict]:
-        return evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=generation)
+    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+        super().__init__(ctx, on_generation)
+        self.generation = 0  # generations finished
+        self.population: list[str] = []  # arch keys of the archs of the last generation, in order
+        self._recorded: Optional[dict] = None  # the state of an earlier session, until the replay has passed it
 
-    def on_generation(generation: int) -> None:
-        if ctx.dist.is_main:
-            write_results(ctx, evaluate.records, {})
+    def state_dict(self) -> dict:
+        return {"generation": self.generation, "population": list(self.population)}
 
-    strategy = EvolutionStrategy(ctx.space, config, ctx.task.metric, ctx.config.seed)
-    strategy.run(evaluate_generation=evaluate_generation, on_generation=on_generation)
-    bar.close()
-    logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
-                evaluate.new_evaluations)
-    return SearchOutcome(evaluate, evaluator)
+    def load_state_dict(self, state: dict) -> None:
+        valid = (isinstance(state, dict) and set(state) == {"generation", "population"}
+                 and type(state["generation"]) is int and state["generation"] >= 0
+                 and isinstance(state["population"], list) and all(isinstance(k, str) for k in state["population"]))
+        if not valid:
+            raise RunDirError(f"{self.ctx.run_dir.strategy_state}: not a state of the evolution strategy (expected "
+                              "{\"generation\": int, \"population\": [arch keys]}); start a new run with --out")
+        # a state of generation 0 finished nothing: no replay to check
+        self._recorded = dict(state, population=list(state["population"])) if state["generation"] else None
+
+    def _replayed(self) -> bool:
+        """Whether the generation just finished is one the recorded state had finished; at the last of them,
+        checks its archs against the state."""
+        recorded = self._recorded
+        if recorded is None or self.generation > recorded["generation"]:
+            return False
+        if self.generation == recorded["generation"]:
+            replayed, kept = self.population, recorded["population"]
+            if replayed != kept:
+                first = next((i for i, (a, b) in enumerate(zip(replayed, kept)) if a != b), None)
+                differ = (f"{len(replayed)} archs where it records {len(kept)}" if first is None
+                          else f"the first difference at position {first} of {len(kept)}")
+                raise RunDirError(f"the journal does not replay the recorded search: generation {self.generation - 1}"
+                                  f" evaluated other archs than {self.ctx.run_dir.strategy_state} records ({differ}); "
+                                  "start a new run with --out")
+            logger.info("resumed: generations 0..%d replayed from the journal, continuing at generation %d",
+                        self.generation - 1, self.generation)
+            self._recorded = None
+        return True
+
+    def run(self) -> SearchOutcome:
+        from tqdm import tqdm
+
+        ctx = self.ctx
+        trainer = train_supernet(ctx)
+        evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
+                                  ctx.config.train.channels_last)
+        evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+        config: EvolutionConfig = self.settings
+        bar = tqdm(total=config.population * config.generations, desc="search", unit="arch",
+                   disable=not ctx.progress, dynamic_ncols=True)
+
+        def evaluate_generation(archs: list[dict], generation: int) -> list[dict]:
+            self.population = [arch_key(arch) for arch in archs]
+            return evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=generation)
+
+        def on_generation(generation: int) -> None:
+            self.generation = generation + 1
+            if not self._replayed():
+                self._generation_done(evaluate.records)
+
+        EvolutionStrategy(ctx.space, config, ctx.task.metric, ctx.config.seed).run(
+            evaluate_generation=evaluate_generation, on_generation=on_generation)
+        bar.close()
+        if self._recorded is not None:
+            raise RunDirError(f"the journal does not replay the recorded search: {ctx.run_dir.strategy_state} records "
+                              f"{self._recorded['generation']} generations, the search runs {self.generation}; start "
+                              "a new run with --out")
+        logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
+                    evaluate.new_evaluations)
+        return SearchOutcome(evaluate, evaluator)
 
 
-STRATEGIES = {"evolution": (EvolutionConfig, run_evolution),
-              "differentiable": (DifferentiableConfig, run_differentiable)}
+@register_strategy
+class DifferentiableSearchStrategy(SearchStrategy):
+    """The differentiable strategy of a run: search, fine-tune, then score each search epoch's derived arch
+    (`nas.differentiable.DifferentiableSearch`).
+
+    candidates.csv gets one row per search epoch (`generation` = epoch, `expected_latency_ms` = E[latency] at
+    its end); the last row is the derived arch. All rows are scored with the final (fine-tuned) weights, the
+    weights `vpunas export` uses, so `on_generation` follows the scoring of each epoch's arch, after the search.
+
+    The state is that of the `DifferentiableSearch` it drives (weights, logits, optimizers, trajectory), which
+    checkpoints itself by step in RUN_DIR/checkpoint/supernet.pt and resumes from it (`persists_state` False).
+    """
+
+    name = "differentiable"
+    config_class = DifferentiableConfig
+    persists_state = False
+
+    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+        super().__init__(ctx, on_generation)
+        self.search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train, self.settings,
+                                           ctx.config.seed, ctx.run_dir.supernet_checkpoint)
+
+    def state_dict(self) -> dict:
+        return self.search.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.search.load_state_dict(state)
+
+    def run(self) -> SearchOutcome:
+        ctx, search = self.ctx, self.search
+        search.run(progress=ctx.progress)
+        evaluator = ArchEvaluator(ctx.space, search.supernet, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
+        measured: dict[str, dict] = {}
+
+        def score(entry: dict) -> dict:
+            key = arch_key(entry["arch"])
+            if key not in measured:  # the trajectory often derives the same arch for several epochs
+                measured[key] = evaluator.evaluate(entry["arch"])
+            return dict(measured[key], key=f"epoch{entry['epoch']}",
+                        expected_latency_ms=round(entry["expected_latency_ms"], 6))
+
+        evaluate = CachedEvaluator(score, ctx.run_dir.journal, key=lambda entry: f"epoch{entry['epoch']}")
+        for record in evaluate.records:
+            measured.setdefault(arch_key(record["arch"]), {k: v for k, v in record.items() if k not in
+                                                           ("key", "id", "generation", "expected_latency_ms")})
+        for entry in search.trajectory:
+            new = evaluate.new_evaluations
+            evaluate(entry, generation=entry["epoch"])
+            if evaluate.new_evaluations > new:  # an epoch scored in an earlier session was reported there
+                self._generation_done(evaluate.records)
+        final = evaluate.records[-1]
+        logger.info("derived arch (id %d): %s %.4f, latency %.4f ms on %s (E[latency] %.4f ms)", final["id"],
+                    ctx.task.metric, final[ctx.task.metric], final["latency_ms"], final["cost_model"],
+                    final["expected_latency_ms"])
+        return SearchOutcome(evaluate, evaluator)
 
 
 @dataclass
@@ -81,11 +270,23 @@ class SearchConfig:
 
     Args:
         strategy: the strategy that runs (a key of `STRATEGIES`).
-        evolution / differentiable: each strategy's settings (one field per key of `STRATEGIES`).
+        evolution / differentiable: the built-in strategies' settings.
         finalize: training of the chosen archs after the search, whatever the strategy (`FinalizeConfig`).
+        extra: the settings of strategies registered beyond the built-in ones, by name (in a config file, each
+            is a sub-section of its name like the built-in ones: `sections()`).
     """
 
     strategy: str = "evolution"
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
     differentiable: DifferentiableConfig = field(default_factory=DifferentiableConfig)
     finalize: FinalizeConfig = field(default_factory=FinalizeConfig)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def sections(self) -> dict[str, Any]:
+        """The section as a config file holds it: `strategy`, each strategy's settings, `finalize`."""
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("finalize", "extra")}
+        return {**own, **self.extra, "finalize": self.finalize}
+
+    def settings(self, name: Optional[str] = None):
+        """The settings of strategy `name` (default: the strategy that runs)."""
+        return self.sections()[self.strategy if name is None else name]

@@ -91,6 +91,13 @@ def _damage(what: str) -> Callable[[Path, RunDir | None], list[str]]:
         if what == "candidates":
             run.candidates.write_text("name,value\nx,1\n")
             return ["report", str(run.path)]
+        if what == "strategy state":  # the archs of the last generation in another order
+            state = json.loads(run.strategy_state.read_text())
+            run.strategy_state.write_text(json.dumps(dict(state, population=state["population"][::-1])))
+            return ["search", SMOKE, "--out", str(run.path), "--resume"]
+        if what == "strategy.json":
+            run.strategy_state.write_text('{"generation": 3, "popul')
+            return ["search", SMOKE, "--out", str(run.path), "--resume"]
         lines = run.journal.path.read_text().splitlines(keepends=True)
         run.journal.path.write_text(lines[0][:20] + "\n" + "".join(lines[1:]))
         return ["search", SMOKE, "--out", str(run.path), "--resume"]
@@ -197,6 +204,10 @@ CASES = {
     "damaged checkpoint": Case(_damage("checkpoint"), "supernet.pt is damaged", needs_run=True),
     "damaged candidates.csv": Case(_damage("candidates"), "neither a top1 nor a psnr column", needs_run=True),
     "damaged journal": Case(_damage("journal"), "line 1 is corrupt", needs_run=True),
+    "a search state the journal does not replay": Case(_damage("strategy state"),
+                                                       "the journal does not replay the recorded search",
+                                                       needs_run=True),
+    "damaged search state": Case(_damage("strategy.json"), "strategy.json is damaged", needs_run=True),
     "export of an unknown arch": Case(lambda d, r: ["export", str(r.path), "--arch", "99999", "--format", "torch"],
                                       "--arch 99999: no such id", needs_run=True),
     "export in an unknown format": Case(lambda d, r: ["export", str(r.path), "--arch", "0", "--format", "tflite"],

@@ -14,7 +14,8 @@ from nas.differentiable import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, D
                                 build_relaxed, latency_loss)
 from nas.report import read_csv
 from nas.rundir import RunDir
-from nas.search import build_task_and_space
+from nas.search import SearchContext, build_task_and_space
+from nas.strategies import DifferentiableSearchStrategy
 from search_spaces import build_space
 
 SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
@@ -298,6 +299,29 @@ def test_differentiable_run_end_to_end(tmp_path):
     assert json.loads(rows[-1]["arch"]) == torch.load(run.supernet_checkpoint, weights_only=True)["trajectory"][-1][
         "arch"]
     assert "Pareto front" in run.report_html.read_text()
+    assert not run.strategy_state.exists()  # the strategy's state is the search's, checkpointed in supernet.pt
     before = run.candidates.read_text()
     assert main(args[:-3] + ["--out", str(out), "--resume", "--no-progress"]) == 0
     assert run.candidates.read_text() == before
+
+
+def test_the_strategy_state_is_the_search_state(tiny_run, tmp_path):
+    """`DifferentiableSearchStrategy.state_dict` / `load_state_dict` are its `DifferentiableSearch`'s."""
+    task, space, cost_model = tiny_run
+    config = dnas_config(*TINY)
+
+    def strategy(folder: str) -> DifferentiableSearchStrategy:
+        return DifferentiableSearchStrategy(SearchContext(config, RunDir(tmp_path / folder), task, space, cost_model,
+                                                          progress=False))
+
+    first = strategy("a")
+    with torch.no_grad():
+        for p in first.search.arch.parameters():
+            p.add_(torch.randn_like(p))
+    state = first.state_dict()
+    assert set(state) == set(first.search.state_dict()) and state["global_step"] == 0
+    second = strategy("b")
+    second.load_state_dict(dict(state, global_step=7))
+    assert second.search.global_step == 7
+    for name, logits in first.search.arch.state_dict().items():
+        assert torch.equal(logits, second.search.arch.state_dict()[name]), name

@@ -32,15 +32,15 @@ import torch.nn as nn
 from hw_cost import CostModel
 from search_spaces import SearchSpace
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from ..rundir import atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests, ThreadGovernor, check_finite, flush_denormals
+from ..runtime import StopRequests, ThreadGovernor, check_finite
 from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DifferentiableConfig", "DifferentiableSearch", "LOSS_FORMS", "latency_loss", "run_differentiable"]
+__all__ = ["DifferentiableConfig", "DifferentiableSearch", "LOSS_FORMS", "latency_loss"]
 
 LOSS_FORMS = ("additive", "multiplicative")
 
@@ -153,8 +153,8 @@ class DifferentiableSearch:
             raise ConfigError("train.ema_decay: the differentiable strategy keeps no weight EMA (the derived arch is "
                               "fine-tuned instead); set it to 0")
         if config.warmup_epochs >= train.epochs:
-            raise ConfigError(f"search.differentiable.warmup_epochs ({config.warmup_epochs}) must be below train.epochs "
-                             f"({train.epochs:g}): no epoch would search")
+            raise ConfigError(f"search.differentiable.warmup_epochs ({config.warmup_epochs}) must be below "
+                              f"train.epochs ({train.epochs:g}): no epoch would search")
         self.space, self.task, self.cost_model, self.train_config, self.config, self.seed = (
             space, task, cost_model, train, config, seed)
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
@@ -224,8 +224,8 @@ class DifferentiableSearch:
                 "finetune_optimizer": self.finetune_optimizer.state_dict(), "trajectory": self.trajectory,
                 "epoch_losses": self._epoch_losses}
 
-    def _load(self) -> None:
-        state = load_checkpoint(self.checkpoint_path)
+    def load_state_dict(self, state: dict) -> None:
+        """Take a `state_dict()` (the whole state: resuming from it continues bit for bit)."""
         self.supernet.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.arch.load_state_dict(state["arch"])
@@ -233,6 +233,9 @@ class DifferentiableSearch:
         self.finetune_optimizer.load_state_dict(state["finetune_optimizer"])
         self.trajectory, self._epoch_losses = state["trajectory"], [tuple(v) for v in state["epoch_losses"]]
         self.global_step = state["global_step"]
+
+    def _load(self) -> None:
+        self.load_state_dict(load_checkpoint(self.checkpoint_path))
         logger.info("resumed differentiable search at step %d of %d", self.global_step, self.total_steps)
 
     def save(self) -> None:
@@ -310,7 +313,8 @@ class DifferentiableSearch:
         task, expected = (np.mean(self._epoch_losses, axis=0) if self._epoch_losses else (float("nan"),) * 2)
         entry = {"epoch": epoch + 1, "arch": arch, "expected_latency_ms": self.expected_latency_ms(),
                  "latency_ms": self.cost_model.latency_ms(self.space.blocks(arch)), "tau": self.tau(self.global_step),
-                 "entropy": self.arch.entropy(self.sharpness(self.global_step)), "arch_task_loss": float(task), "mean_expected_ms": float(expected)}
+                 "entropy": self.arch.entropy(self.sharpness(self.global_step)), "arch_task_loss": float(task),
+                 "mean_expected_ms": float(expected)}
         self.trajectory.append(entry)
         self._epoch_losses = []
         logger.info("search epoch %d: E[latency] %.4f ms, derived arch %.4f ms, entropy %.3f, tau %.2f, "
@@ -332,7 +336,7 @@ class DifferentiableSearch:
         started = time.perf_counter()
         every = self.train_config.checkpoint_every
         with (StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step),
-              ThreadGovernor() as governor, flush_denormals()):
+              ThreadGovernor() as governor):
             while self.global_step < self.search_steps:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.weight_batches(epoch, start):
@@ -384,40 +388,3 @@ class DifferentiableSearch:
         logger.info("differentiable search finished: %d steps in %.0f s; derived arch %s", self.total_steps,
                     time.perf_counter() - started, arch)
 
-
-def run_differentiable(ctx):
-    """The `differentiable` strategy of a run: search, fine-tune, then score each search epoch's derived arch.
-
-    candidates.csv gets one row per search epoch (`generation` = epoch, `expected_latency_ms` = E[latency] at
-    its end); the last row is the derived arch. All rows are scored with the final (fine-tuned) weights, the
-    weights `vpunas export` uses.
-    """
-    from search_spaces import arch_key
-
-    from ..evaluation import ArchEvaluator, CachedEvaluator
-    from ..strategies import SearchOutcome
-
-    search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train,
-                                  ctx.config.search.differentiable, ctx.config.seed, ctx.run_dir.supernet_checkpoint)
-    search.run(progress=ctx.progress)
-    evaluator = ArchEvaluator(ctx.space, search.supernet, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
-    measured: dict[str, dict] = {}
-
-    def score(entry: dict) -> dict:
-        key = arch_key(entry["arch"])
-        if key not in measured:  # the trajectory often derives the same arch for several epochs
-            measured[key] = evaluator.evaluate(entry["arch"])
-        return dict(measured[key], key=f"epoch{entry['epoch']}",
-                    expected_latency_ms=round(entry["expected_latency_ms"], 6))
-
-    evaluate = CachedEvaluator(score, ctx.run_dir.journal, key=lambda entry: f"epoch{entry['epoch']}")
-    for record in evaluate.records:
-        measured.setdefault(arch_key(record["arch"]), {k: v for k, v in record.items()
-                                                       if k not in ("key", "id", "generation", "expected_latency_ms")})
-    for entry in search.trajectory:
-        evaluate(entry, generation=entry["epoch"])
-    final = evaluate.records[-1]
-    logger.info("derived arch (id %d): %s %.4f, latency %.4f ms on %s (E[latency] %.4f ms)", final["id"],
-                ctx.task.metric, final[ctx.task.metric], final["latency_ms"], final["cost_model"],
-                final["expected_latency_ms"])
-    return SearchOutcome(evaluate, evaluator)
