@@ -387,4 +387,3 @@ class DifferentiableSearch:
         bar.close()
         logger.info("differentiable search finished: %d steps in %.0f s; derived arch %s", self.total_steps,
                     time.perf_counter() - started, arch)
-
