@@ -169,8 +169,9 @@ class EvolutionSearch(SearchStrategy):
                 raise RunDirError(f"the journal does not replay the recorded search: generation {self.generation - 1}"
                                   f" evaluated other archs than {self.ctx.run_dir.strategy_state} records ({differ}); "
                                   "start a new run with --out")
-            logger.info("resumed: generations 0..%d replayed from the journal, continuing at generation %d",
-                        self.generation - 1, self.generation)
+            left = self.settings.generations - self.generation
+            logger.info("resumed: generations 0..%d replayed from the journal, %s", self.generation - 1,
+                        f"continuing at generation {self.generation}" if left > 0 else "the search had finished")
             self._recorded = None
         return True
 
