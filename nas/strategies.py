@@ -154,6 +154,10 @@ class EvolutionSearch(SearchStrategy):
         # a state of generation 0 finished nothing: no replay to check
         self._recorded = dict(state, population=list(state["population"])) if state["generation"] else None
 
+    @staticmethod
+    def _not_replayed(detail: str) -> RunDirError:
+        return RunDirError(f"the journal does not replay the recorded search: {detail}; start a new run with --out")
+
     def _replayed(self) -> bool:
         """Whether the generation just finished is one the recorded state had finished; at the last of them,
         checks its archs against the state."""
@@ -166,9 +170,8 @@ class EvolutionSearch(SearchStrategy):
                 first = next((i for i, (a, b) in enumerate(zip(replayed, kept)) if a != b), None)
                 differ = (f"{len(replayed)} archs where it records {len(kept)}" if first is None
                           else f"the first difference at position {first} of {len(kept)}")
-                raise RunDirError(f"the journal does not replay the recorded search: generation {self.generation - 1}"
-                                  f" evaluated other archs than {self.ctx.run_dir.strategy_state} records ({differ}); "
-                                  "start a new run with --out")
+                raise self._not_replayed(f"generation {self.generation - 1} evaluated other archs than "
+                                         f"{self.ctx.run_dir.strategy_state} records ({differ})")
             left = self.settings.generations - self.generation
             logger.info("resumed: generations 0..%d replayed from the journal, %s", self.generation - 1,
                         f"continuing at generation {self.generation}" if left > 0 else "the search had finished")
@@ -200,9 +203,8 @@ class EvolutionSearch(SearchStrategy):
             evaluate_generation=evaluate_generation, on_generation=on_generation)
         bar.close()
         if self._recorded is not None:
-            raise RunDirError(f"the journal does not replay the recorded search: {ctx.run_dir.strategy_state} records "
-                              f"{self._recorded['generation']} generations, the search runs {self.generation}; start "
-                              "a new run with --out")
+            raise self._not_replayed(f"{ctx.run_dir.strategy_state} records {self._recorded['generation']} "
+                                     f"generations, the search runs {self.generation}")
         logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
                     evaluate.new_evaluations)
         return SearchOutcome(evaluate, evaluator)
