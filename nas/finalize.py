@@ -6,7 +6,8 @@ inherited weights (`init: inherited`, fine-tuning as in Once-for-All) or from fr
 optionally with knowledge distillation from the supernet's largest arch (`kd_ratio`; Hinton et al. 2015; OFA,
 BigNAS). The default configs distil nothing: fine-tuned students overtake the inherited teacher, which then
 holds them back (measured in both default runs). All of them train in lockstep on the same batches, so each
-batch and the teacher's output on it are computed once for all students.
+batch and the teacher's output on it are computed once for all students; on the CPU the students train side by
+side, one per thread (`LockstepTrainer._nets_side_by_side`).
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
 report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. With
@@ -36,9 +37,11 @@ import itertools
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 import torch
@@ -172,6 +175,22 @@ def ranking_fidelity(inherited: Sequence[float], final: Sequence[float]) -> floa
 
 
 # ---------------------------------------------------------------------------------------------------- training
+class SeededDropout(nn.Dropout):
+    """`nn.Dropout` whose masks come from a generator of its own (seeded step by step by `LockstepTrainer`)."""
+
+    def __init__(self, p: float, device: torch.device):
+        super().__init__(p)
+        self.generator = torch.Generator(device=device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if self.p == 1:
+            return torch.zeros_like(x)
+        keep = torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator)
+        return x * keep * (1 / (1 - self.p))
+
+
 class LockstepTrainer:
     """Trains several standalone networks on the same batches, each with its own optimizer.
 
@@ -206,6 +225,8 @@ class LockstepTrainer:
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.global_step = 0
+        self._pool: ThreadPoolExecutor | None = None  # threads training nets side by side (`_nets_side_by_side`)
+        self.workers = 1
         if self.checkpoint_path.exists():
             self._load()
 
@@ -234,12 +255,13 @@ class LockstepTrainer:
         probe.nets = copy.deepcopy(self.nets)
         probe.optimizers = [self._optimizer(net) for net in probe.nets]
         batches = self.task.train_batches(0, 0)
-        for _, x, y in itertools.islice(batches, 2):
-            probe.train_step(*self._prepared(x, y))
-        started, timed = time.perf_counter(), 0
-        for _, x, y in itertools.islice(batches, steps):  # fewer on a tiny split
-            probe.train_step(*self._prepared(x, y))
-            timed += 1
+        with probe._nets_side_by_side():
+            for _, x, y in itertools.islice(batches, 2):
+                probe.train_step(*self._prepared(x, y))
+            started, timed = time.perf_counter(), 0
+            for _, x, y in itertools.islice(batches, steps):  # fewer on a tiny split
+                probe.train_step(*self._prepared(x, y))
+                timed += 1
         return (time.perf_counter() - started) / max(1, timed)
 
     def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
@@ -289,15 +311,25 @@ class LockstepTrainer:
             x = x.contiguous(memory_format=torch.channels_last)
         return to_device(x, self.device), to_device(y, self.device)
 
+    def _each_net(self, fn) -> list:
+        """`fn(i)` for every net, on `workers` threads when there are several; costliest nets (the last: they come
+        sorted by latency) first, so the threads finish together."""
+        order = range(len(self.nets) - 1, -1, -1)
+        if self._pool is not None and self.workers > 1:
+            done = dict(zip(order, self._pool.map(fn, order)))
+        else:
+            done = {i: fn(i) for i in order}
+        return [done[i] for i in range(len(self.nets))]
+
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
         """One optimizer step of every net on one batch; returns their losses."""
         teacher_out = None
         if self.teacher is not None:
             with torch.no_grad():
                 teacher_out = self.teacher(x)
-        lr = self.lr(self.global_step)
-        losses = []
-        for net, optimizer in zip(self.nets, self.optimizers):
+
+        def forward_backward(i: int) -> float:
+            net, optimizer = self.nets[i], self.optimizers[i]
             net.train()
             optimizer.zero_grad(set_to_none=True)
             out = net(x)
@@ -305,15 +337,57 @@ class LockstepTrainer:
             if teacher_out is not None:
                 loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out)
             loss.backward()
-            losses.append(loss.item())
-        check_finite(losses, "finalisation training", self.global_step)  # before any net's update
-        for net, optimizer in zip(self.nets, self.optimizers):
+            return loss.item()
+
+        lr = self.lr(self.global_step)
+
+        def update(i: int) -> None:
+            net, optimizer = self.nets[i], self.optimizers[i]
             for group in optimizer.param_groups:
                 group["lr"] = lr
             if self.train_config.grad_clip > 0:
                 nn.utils.clip_grad_norm_(net.parameters(), self.train_config.grad_clip)
             optimizer.step()
+
+        losses = self._each_net(forward_backward)
+        check_finite(losses, "finalisation training", self.global_step)  # before any net's update
+        self._each_net(update)
         return losses
+
+    @contextmanager
+    def _nets_side_by_side(self) -> Iterator[None]:
+        """Train the nets on torch's threads one net per thread, each net single-threaded, instead of every net on
+        all threads in turn: these small nets leave much of a parallel region idle (the default run's 8 archs on a
+        2-core AMD EPYC VM: 399 s instead of 459 s).
+        A net's results then depend on no thread count or schedule. The nets' dropouts draw from generators of
+        their own (`seed_dropouts`), as threads sharing torch's generator would draw in no fixed order."""
+        cores = torch.get_num_threads() if self.device.type == "cpu" else 1  # a GPU runs one net at a time anyway
+        swaps = [(parent, name, child, SeededDropout(child.p, self.device).train(child.training))
+                 for net in self.nets for parent in list(net.modules())
+                 for name, child in parent.named_children() if type(child) is nn.Dropout]
+        for parent, name, _, stand_in in swaps:
+            setattr(parent, name, stand_in)
+        self._dropouts = [[m for m in net.modules() if isinstance(m, SeededDropout)] for net in self.nets]
+        self._pool, self.workers = ThreadPoolExecutor(cores), cores
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(cores)
+            self._pool.shutdown()
+            self._pool, self.workers = None, 1
+            for parent, name, original, _ in swaps:
+                setattr(parent, name, original)
+
+    def _use_workers(self, n: int) -> None:
+        """The thread governor's setting: `n` nets train at once (each on one thread)."""
+        self.workers = n
+
+    def seed_dropouts(self, seed: int) -> None:
+        """Seed each net's dropouts for the next step (inside `_nets_side_by_side`)."""
+        for i, dropouts in enumerate(self._dropouts):
+            for j, dropout in enumerate(dropouts):
+                dropout.generator.manual_seed(batch_seed(seed, i, j))
 
     def train(self, progress: bool = True) -> None:
         from tqdm import tqdm
@@ -324,14 +398,14 @@ class LockstepTrainer:
                    unit="step", disable=not progress, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
         with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
-              ThreadGovernor() as governor):
+              ThreadGovernor(set_threads=self._use_workers) as governor, self._nets_side_by_side()):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
                     if self.done:
                         break
                     x, y = self._prepared(x, y)
-                    torch.manual_seed(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # dropout, not the supernet's
+                    self.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's masks
                     with governor.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1

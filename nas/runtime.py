@@ -118,11 +118,14 @@ class ThreadGovernor:
 
     enabled = True  # process-wide, like torch's thread count (set from the run's config)
 
-    def __init__(self, window: int = 10, slowdown: float = 1.8, retry_every: int = 300, warmup: int = 5):
+    def __init__(self, window: int = 10, slowdown: float = 1.8, retry_every: int = 300, warmup: int = 5,
+                 set_threads: Callable[[int], None] | None = None):
+        """`set_threads`: how the loop changes the threads it uses (default: torch's thread count); the
+        governor starts from torch's current count either way."""
         import torch
 
-        self._torch = torch
-        self.max_threads = torch.get_num_threads()
+        self._set_threads = set_threads or torch.set_num_threads
+        self.max_threads = self._threads = torch.get_num_threads()
         self.window, self.slowdown, self.retry_every, self.warmup = window, slowdown, retry_every, warmup
         self.active = self.enabled and self.max_threads > 1
         self.pace: float | None = None  # median step time with all threads, as first measured
@@ -136,14 +139,15 @@ class ThreadGovernor:
 
     def __exit__(self, *exc) -> None:
         """The next stage starts with all threads again (and measures its own pace)."""
-        self._torch.set_num_threads(self.max_threads)
+        self._set_threads(self.max_threads)
 
     @property
     def threads(self) -> int:
-        return self._torch.get_num_threads()
+        return self._threads
 
     def _set(self, threads: int, why: str) -> None:
-        self._torch.set_num_threads(threads)
+        self._threads = threads
+        self._set_threads(threads)
         logger.warning("training on %d thread%s: %s", threads, "s" if threads > 1 else "", why)
 
     def new_phase(self) -> None:

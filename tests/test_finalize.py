@@ -1,4 +1,5 @@
 """Finalisation: selection over the front, the lockstep trainer, the stage end to end with resume and export."""
+import copy
 import json
 import shutil
 
@@ -138,6 +139,31 @@ def _train_killed_at_call(trainer: LockstepTrainer, n: int) -> None:
     trainer.train_step = killed
     with pytest.raises(KeyboardInterrupt):
         trainer.train(progress=False)
+
+
+def test_nets_trained_side_by_side_match_one_thread_and_keep_their_dropouts(tmp_path):
+    """On 2 threads the nets train at once, one thread each, their dropouts seeded per net and step: the weights
+    equal a 1-thread run's bit for bit, and the nets get their plain `nn.Dropout` back."""
+    def trained(threads: int, name: str) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(16, 2))
+        nets = [copy.deepcopy(net) for _ in range(3)]  # alike but for their dropout masks
+        train = TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False)
+        trainer = LockstepTrainer(nets, None, _Task(), train, FinalizeConfig(epochs=1, kd_ratio=0.0), 0,
+                                  tmp_path / name, list("abc"))
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            trainer.train(progress=False)
+            assert torch.get_num_threads() == threads  # restored after training
+        finally:
+            torch.set_num_threads(before)
+        assert all(type(net[1]) is nn.Dropout for net in trainer.nets)
+        return [net[2].weight.detach().clone() for net in trainer.nets]
+
+    one, two = trained(1, "one.pt"), trained(2, "two.pt")
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
+    assert not torch.equal(one[0], one[1])  # each net its own masks (same weights, same batches)
 
 
 def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
