@@ -54,7 +54,8 @@ from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
 from .errors import RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
 from .runtime import StopRequests, ThreadGovernor, check_finite
-from .supernet_training import TrainConfig, log_session_steps, recalibrate_batchnorm, to_channels_last
+from .supernet_training import (TrainConfig, log_session_steps, modules_swapped, recalibrate_batchnorm,
+                                to_channels_last)
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +228,7 @@ class LockstepTrainer:
         self.global_step = 0
         self._pool: ThreadPoolExecutor | None = None  # threads training nets side by side (`_nets_side_by_side`)
         self.workers = 1
+        self._dropouts: list[list[SeededDropout]] = []  # per net, while side by side
         if self.checkpoint_path.exists():
             self._load()
 
@@ -362,22 +364,18 @@ class LockstepTrainer:
         A net's results then depend on no thread count or schedule. The nets' dropouts draw from generators of
         their own (`seed_dropouts`), as threads sharing torch's generator would draw in no fixed order."""
         cores = torch.get_num_threads() if self.device.type == "cpu" else 1  # a GPU runs one net at a time anyway
-        swaps = [(parent, name, child, SeededDropout(child.p, self.device).train(child.training))
-                 for net in self.nets for parent in list(net.modules())
-                 for name, child in parent.named_children() if type(child) is nn.Dropout]
-        for parent, name, _, stand_in in swaps:
-            setattr(parent, name, stand_in)
-        self._dropouts = [[m for m in net.modules() if isinstance(m, SeededDropout)] for net in self.nets]
-        self._pool, self.workers = ThreadPoolExecutor(cores), cores
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(cores)
-            self._pool.shutdown()
-            self._pool, self.workers = None, 1
-            for parent, name, original, _ in swaps:
-                setattr(parent, name, original)
+        def seeded(child: nn.Module) -> SeededDropout | None:
+            return SeededDropout(child.p, self.device).train(child.training) if type(child) is nn.Dropout else None
+
+        with modules_swapped(self.nets, seeded) as self._dropouts:
+            self._pool, self.workers = ThreadPoolExecutor(cores), cores
+            torch.set_num_threads(1)
+            try:
+                yield
+            finally:
+                torch.set_num_threads(cores)
+                self._pool.shutdown()
+                self._pool, self.workers, self._dropouts = None, 1, []
 
     def _use_workers(self, n: int) -> None:
         """The thread governor's setting: `n` nets train at once (each on one thread)."""

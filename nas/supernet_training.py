@@ -18,12 +18,13 @@ processes. On CUDA, training runs under bf16 autocast.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -116,24 +117,37 @@ def batch_share_layers(model: nn.Module, rows: slice, total: int):
     whole batch's statistics and dropouts its mask. Plain `nn.BatchNorm2d` and `nn.Dropout` are replaced for the
     duration by stand-ins on the same parameters and statistics (like torch's `convert_sync_batchnorm`, but
     undone on exit, so checkpoints, copies and extracted subnets never see them)."""
-    swaps = []
-    for parent in list(model.modules()):
-        for name, child in parent.named_children():
-            if type(child) is nn.BatchNorm2d:
-                swaps.append((parent, name, child, ElasticBatchNorm2d.sharing(child)))
-            elif type(child) is nn.Dropout:
-                swaps.append((parent, name, child, ShareDropout(child.p, rows, total).train(child.training)))
-    for parent, name, _, stand_in in swaps:
-        setattr(parent, name, stand_in)
-    norms = [m for m in model.modules() if isinstance(m, ElasticBatchNorm2d)]
-    for norm in norms:
-        norm.synchronise = True
-    try:
-        yield
-    finally:
+    def stand_in(child: nn.Module) -> nn.Module | None:
+        if type(child) is nn.BatchNorm2d:
+            return ElasticBatchNorm2d.sharing(child)
+        if type(child) is nn.Dropout:
+            return ShareDropout(child.p, rows, total).train(child.training)
+        return None
+
+    with modules_swapped([model], stand_in):
+        norms = [m for m in model.modules() if isinstance(m, ElasticBatchNorm2d)]
         for norm in norms:
-            norm.synchronise = False
-        for parent, name, original, _ in swaps:
+            norm.synchronise = True
+        try:
+            yield
+        finally:
+            for norm in norms:
+                norm.synchronise = False
+
+
+@contextmanager
+def modules_swapped(models: Sequence[nn.Module], stand_in: Callable[[nn.Module], nn.Module | None]):
+    """While inside, every submodule of `models` for which `stand_in(child)` gives a module is replaced by it; the
+    originals come back on exit. Yields the stand-ins, per model."""
+    swaps = [[(parent, name, child, new) for parent in list(model.modules())
+              for name, child in parent.named_children() if (new := stand_in(child)) is not None]
+             for model in models]
+    for parent, name, _, new in itertools.chain.from_iterable(swaps):
+        setattr(parent, name, new)
+    try:
+        yield [[new for *_, new in model_swaps] for model_swaps in swaps]
+    finally:
+        for parent, name, original, _ in itertools.chain.from_iterable(swaps):
             setattr(parent, name, original)
 
 
