@@ -49,9 +49,10 @@ def test_a_second_signal_stops_at_once():
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back():
+def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back(monkeypatch):
     from nas.runtime import ThreadGovernor
 
+    monkeypatch.setattr(ThreadGovernor, "enabled", True)  # process-wide: a run before may have left it off
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
