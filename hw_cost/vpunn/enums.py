@@ -5,7 +5,7 @@ Descriptor interfaces encode these by *name* into their own (older) enum orders;
 from __future__ import annotations
 
 from enum import IntEnum
-from types import SimpleNamespace
+from collections import namedtuple
 
 from .errors import VpunnError
 
@@ -132,9 +132,10 @@ class DMADirection(IntEnum):
     DDR2DDR = 3
 
 
-def int_codes(enum_cls: type[IntEnum]) -> SimpleNamespace:
-    """The members as plain ints (numpy looks up array hooks on an IntEnum's class at every operation)."""
-    return SimpleNamespace(**{m.name: int(m) for m in enum_cls})
+def int_codes(enum_cls: type[IntEnum]) -> tuple:
+    """The members as plain ints, in a named tuple (numpy looks up array hooks on an IntEnum's class at every
+    operation; numba reads a global named tuple as constants)."""
+    return namedtuple(f"{enum_cls.__name__}Codes", [m.name for m in enum_cls])(*map(int, enum_cls))
 
 
 def parse_enum(enum_cls: type[IntEnum], text, what: str = "", aliases: dict[str, str] | None = None) -> IntEnum:

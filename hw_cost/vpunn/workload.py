@@ -11,6 +11,7 @@ npu45-notes §4.2), else 0/1; `superdense`, `input_autopad` and `output_autopad`
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Iterable
@@ -97,12 +98,9 @@ FIELDS = WORKLOAD_COLUMNS + OPTIONAL_COLUMNS + ("mem_w", "mem_h", "mem_c")
 UNSET = -1.0
 
 
-class F:
-    """Column index of each field of the workload matrix: F.in_c, F.out_w, ... (plain ints: hot paths read them)."""
-
-
-for _i, _name in enumerate(FIELDS):
-    setattr(F, _name, _i)
+#: column index of each field of the workload matrix: F.in_c, F.out_w, ... (a named tuple of plain ints: numpy hot
+#: paths read them, and numba reads it as constants)
+F = namedtuple("F", FIELDS)(*range(len(FIELDS)))
 
 _ENUM_FIELDS: dict[str, type[IntEnum]] = {
     "device": VPUDevice, "operation": Operation, "in_dtype": DataType, "out_dtype": DataType, "in_layout": Layout,
