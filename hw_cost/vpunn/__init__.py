@@ -1,5 +1,5 @@
 """Intel's VPUNN cost models (VPU 2.0, VPU 2.7, VPU 4.0, NPU 5.0), read from the published `.vpunn` files and
-run in numpy.
+run with numpy (the NN) and numba (the rules, descriptors and theoretical cycles, and the NN of a few rows).
 
 * `read_vpunn`: the FlatBuffers model file reader.
 * `DpuModel`: DPU workloads (`DPUWorkload`) -> cycles, batched, with the official sanitizer and error codes.
@@ -11,6 +11,10 @@ Behaviour follows the official VPUNN runtime (the project's vpunn-reference.md d
 come from Intel's repository intel/npu-nn-cost-model (folder models/) and are shipped in `models/` here (see its
 NOTICE); `paths.find_model_dir` picks the folder ($VPUNAS_VPUNN_DIR or an explicit folder override it).
 """
+from .jit_cache import drop_stale_cache
+
+drop_stale_cache()  # before any compiled kernel loads its cache (jit_cache.py says why)
+
 from .devices import DEVICES, DeviceConfig, device_config
 from .dma import (DMAWorkload, DMAWorkloadNPU40_50, DmaModel, dma_npu40_50_workload_from_row, dma_workload_from_row,
                   theoretical_dma_cycles)

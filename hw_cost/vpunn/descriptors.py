@@ -1,5 +1,5 @@
 """Workload -> NN input vector for DPU interfaces 10 (VPU 2.0 models), 11 (VPU 2.7 models), 4011 (VPU 4.0) and
-5114 (NPU 5.x), vectorised.
+5114 (NPU 5.x), compiled with numba (one row at a time, as sanitizer.py).
 
 vpunn-reference.md §3.1-3.4, npu45-notes §4.1-4.2. Values are raw numbers and one-hot blocks; enums are mapped by
 *name* into each interface's own enum order, and a value the interface cannot name raises VpunnError (as the runtime
@@ -7,17 +7,19 @@ throws).
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from enum import IntEnum
 
 import numpy as np
+from numba import njit
 
 from .enums import (ActivationFunction, DataType, ExecutionMode, ISIStrategy, Layout, Operation, Swizzling,
                     VPUDevice, int_codes)
 from .errors import VpunnError
-from .sanitizer import in_place_output, weight_channels, weight_dtype, weightless
+from .sanitizer import as_matrix, in_place_output, int_field, weight_channels, weight_dtype, weightless
 from .workload import F
 
-__all__ = ["encode", "first_unencodable", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
+__all__ = ["encode", "first_unencodable", "UnencodableWorkload", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
 
 _DTYPE = int_codes(DataType)
 _ISI_CODE = int_codes(ISIStrategy)
@@ -87,183 +89,227 @@ _MAP = {
     "layout11": _name_map(Layout, _LAYOUTS_11),
     "isi11": _name_map(ISIStrategy, _ISI),
 }
+#: the tables of `_MAP` as rows of one array (padded with -1), and each key's row: `_CODES[_T.dtype11, code]`
+_T = namedtuple("Tables", _MAP)(*range(len(_MAP)))
+_CODES = np.full((len(_MAP), max(len(table) for _, _, table in _MAP.values())), -1, dtype=np.int64)
+for _row, (_, _, _table) in enumerate(_MAP.values()):
+    _CODES[_row, :len(_table)] = _table
 
 
-def _one_hot(out: np.ndarray, start: int, values: np.ndarray, key: str, version: int) -> None:
-    enum_cls, names, table = _MAP[key]
-    codes = np.asarray(values).astype(np.int64)
-    inside = (codes >= 0) & (codes < len(table))
-    idx = np.where(inside, table[np.where(inside, codes, 0)], -1)
-    if (idx < 0).any():
-        bad = int(codes[np.argmax(idx < 0)])
-        name = enum_cls(bad).name if 0 <= bad < len(enum_cls) else str(bad)
-        raise VpunnError(f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
-                         f"(it knows {', '.join(names)})")
-    for k in range(len(names)):  # column by column: `out` is column-major
-        out[:, start + k] = idx == k
+def _op_mock(aliases: dict) -> np.ndarray:
+    """Operation code -> the operation the adapter encodes instead (the code itself where not mocked)."""
+    table = np.arange(len(Operation))
+    for src, dst in aliases.items():
+        table[src] = dst
+    return table
 
 
-_FIELDS_BY_VERSION = {
-    10: ((F.device, "device10"), (F.operation, "operation10"), (F.in_dtype, "dtype10"), (F.out_dtype, "dtype10"),
-         (F.execution_mode, "mode10"), (F.activation, "activation10"), (F.in_swizzling0, "swizzling"),
-         (F.in_swizzling1, "swizzling"), (F.out_swizzling0, "swizzling")),
-    11: ((F.device, "device11"), (F.operation, "operation11"), (F.in_dtype, "dtype11"), (F.out_dtype, "dtype11"),
-         (F.in_layout, "layout11"), (F.out_layout, "layout11"), (F.execution_mode, "mode11"),
-         (F.isi_strategy, "isi11")),
-    4011: ((F.device, "device4011"), (F.operation, "operation4011"), (F.in_dtype, "dtype11"),
-           (F.out_dtype, "dtype11"), (F.in_layout, "layout11"), (F.out_layout, "layout11"),
-           (F.execution_mode, "mode11"), (F.isi_strategy, "isi11")),
-    5114: ((F.operation, "operation5114"), (F.in_dtype, "dtype5114"), (weight_dtype, "dtype5114"),
-           (F.out_dtype, "dtype5114"), (F.execution_mode, "mode11"), (F.out_layout, "layout5114")),
-}
+_OP_MOCK_11, _OP_MOCK_4011 = _op_mock(_OP_ALIASES_11), _op_mock(_OP_ALIASES_4011)
+
+
+class UnencodableWorkload(VpunnError):
+    """A valid workload that the model's descriptor interface cannot express (the runtime throws too)."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"workload {index}: {reason}")
+        self.index, self.reason = index, reason
+
+
+def encode(m: np.ndarray, version: int) -> np.ndarray:
+    """Descriptors (float32, one row per workload) of *sanitized* workloads for `version`.
+
+    Raises UnencodableWorkload for the first row holding a value the interface cannot name.
+    """
+    if version not in DESCRIPTOR_SIZES:
+        raise VpunnError(f"descriptor interface {version} is not implemented; implemented: "
+                         + ", ".join(map(str, IMPLEMENTED_INTERFACES)))
+    d = np.zeros((len(m), DESCRIPTOR_SIZES[version]), dtype=np.float32)
+    failed = np.full(3, -1, dtype=np.int64)
+    encode_rows(as_matrix(m), version, d, failed)
+    if failed[0] >= 0:
+        raise unencodable(failed, version)
+    return d
+
+
+def unencodable(failed: np.ndarray, version: int) -> UnencodableWorkload:
+    """The error for `encode_rows`'s `failed` (row, table, code)."""
+    row, table, code = map(int, failed)
+    enum_cls, names, _ = list(_MAP.values())[table]
+    name = enum_cls(code).name if 0 <= code < len(enum_cls) else str(code)
+    return UnencodableWorkload(row, f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
+                                    f"(it knows {', '.join(names)})")
 
 
 def first_unencodable(m: np.ndarray, version: int) -> tuple[int, str] | None:
     """(row, reason) of the first workload interface `version` cannot encode, or None."""
-    for col, key in _FIELDS_BY_VERSION.get(version, ()):
-        enum_cls, names, table = _MAP[key]
-        codes = col(np.asarray(m, dtype=np.int64)) if callable(col) else m[:, col].astype(np.int64)
-        inside = (codes >= 0) & (codes < len(table))
-        bad = ~inside | (table[np.where(inside, codes, 0)] < 0)
-        if bad.any():
-            row = int(np.argmax(bad))
-            code = int(codes[row])
-            name = enum_cls(code).name if 0 <= code < len(enum_cls) else str(code)
-            return row, (f"{enum_cls.__name__} {name} cannot be encoded by descriptor interface {version} "
-                         f"(it knows {', '.join(names)})")
+    if version not in DESCRIPTOR_SIZES:
+        return None
+    try:
+        encode(m, version)
+    except UnencodableWorkload as exc:
+        return exc.index, exc.reason
     return None
 
 
-def _sparsity_6dp(values: np.ndarray) -> np.ndarray:
-    """The v11 adapter prints sparsities with %f and parses them back: round to 6 decimals, correctly."""
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return np.array([float(f"{v:f}") for v in uniq], dtype=np.float64)[inverse]
+@njit(cache=True)
+def encode_rows(m, version, d, failed) -> None:
+    """Encode each row of `m` into the zeroed row of `d`; at the first value the interface cannot name, stop and
+    set `failed` to (row, table, code)."""
+    for i in range(len(m)):
+        if version == 10:
+            ok = _encode_10(m[i], d[i], failed)
+        elif version == 5114:
+            ok = _encode_5114(m[i], d[i], failed)
+        else:
+            ok = _encode_93(m[i], version == 4011, d[i], failed)
+        if not ok:
+            failed[0] = i
+            return
 
 
-def encode(m: np.ndarray, version: int) -> np.ndarray:
-    """Descriptors (float32, one row per workload, column-major) of *sanitized* workloads for `version`."""
-    if version == 10:
-        return _encode_10(m)
-    if version in (11, 4011):
-        return _encode_93(m, version)
-    if version == 5114:
-        return _encode_5114(m)
-    raise VpunnError(f"descriptor interface {version} is not implemented; implemented: "
-                     + ", ".join(map(str, IMPLEMENTED_INTERFACES)))
+@njit(cache=True)
+def _one_hot(d, start, code, table, failed) -> bool:
+    """Set slot `start` + the interface index of `code`; False (and `failed` = table, code) where it has none."""
+    index = _CODES[table, code] if 0 <= code < _CODES.shape[1] else -1
+    if index < 0:
+        failed[1], failed[2] = table, code
+        return False
+    d[start + index] = 1
+    return True
 
 
-def _encode_10(m: np.ndarray) -> np.ndarray:
-    m = np.asfortranarray(m)
-    d = np.zeros((len(m), 67), dtype=np.float32, order="F")
-    _one_hot(d, 0, m[:, F.device], "device10", 10)
-    _one_hot(d, 4, m[:, F.operation], "operation10", 10)
-    d[:, 10:14] = m[:, [F.in_w, F.in_h, F.in_c, F.in_b]]
-    _one_hot(d, 14, m[:, F.in_dtype], "dtype10", 10)
-    d[:, 18:22] = m[:, [F.out_w, F.out_h, F.out_c, F.out_b]]
-    _one_hot(d, 22, m[:, F.out_dtype], "dtype10", 10)
-    d[:, 26:34] = m[:, [F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]]
-    _one_hot(d, 34, m[:, F.execution_mode], "mode10", 10)
-    _one_hot(d, 40, m[:, F.activation], "activation10", 10)
-    d[:, 46] = m[:, F.act_sparsity]
-    d[:, 47] = m[:, F.weight_sparsity]
-    _one_hot(d, 48, m[:, F.in_swizzling0], "swizzling", 10)
-    _one_hot(d, 54, m[:, F.in_swizzling1], "swizzling", 10)
-    _one_hot(d, 60, m[:, F.out_swizzling0], "swizzling", 10)
-    d[:, 66] = m[:, F.output_write_tiles]
-    return d
+@njit(cache=True)
+def _round_6dp(x) -> float:
+    """x printed with %f and parsed back (the v11 adapter does that to sparsities): rounded to 6 decimals, correctly.
+
+    x * 1e6 = p + e exactly (Dekker's product); only a p that lies on a half needs e to break the tie.
+    """
+    p = x * 1e6
+    split = 134217729.0 * x  # 2^27 + 1: x = hi + lo with 26-bit halves (1e6 needs no split)
+    hi = split - (split - x)
+    e = (hi * 1e6 - p) + (x - hi) * 1e6
+    n = np.rint(p)  # ties to even, as printf
+    if p - n == 0.5 and e > 0:
+        n += 1
+    elif p - n == -0.5 and e < 0:
+        n -= 1
+    return n / 1e6
 
 
-def _tensor_block(d, start, dims, dtype, layout, sparsity) -> None:
-    for k, column in enumerate(dims):
-        d[:, start + k] = column
-    _one_hot(d, start + 4, dtype, "dtype11", 11)
-    _one_hot(d, start + 8, layout, "layout11", 11)
-    d[:, start + 15] = sparsity
+@njit(cache=True)
+def _encode_10(row, d, failed) -> bool:
+    i = lambda field: int_field(row, field)  # noqa: E731
+    if not (_one_hot(d, 0, i(F.device), _T.device10, failed)
+            and _one_hot(d, 4, i(F.operation), _T.operation10, failed)):
+        return False
+    for k, field in enumerate((F.in_w, F.in_h, F.in_c, F.in_b)):
+        d[10 + k] = row[field]
+    if not _one_hot(d, 14, i(F.in_dtype), _T.dtype10, failed):
+        return False
+    for k, field in enumerate((F.out_w, F.out_h, F.out_c, F.out_b)):
+        d[18 + k] = row[field]
+    if not _one_hot(d, 22, i(F.out_dtype), _T.dtype10, failed):
+        return False
+    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
+        d[26 + k] = row[field]
+    if not (_one_hot(d, 34, i(F.execution_mode), _T.mode10, failed)
+            and _one_hot(d, 40, i(F.activation), _T.activation10, failed)):
+        return False
+    d[46], d[47] = row[F.act_sparsity], row[F.weight_sparsity]
+    d[66] = row[F.output_write_tiles]
+    return (_one_hot(d, 48, i(F.in_swizzling0), _T.swizzling, failed)
+            and _one_hot(d, 54, i(F.in_swizzling1), _T.swizzling, failed)
+            and _one_hot(d, 60, i(F.out_swizzling0), _T.swizzling, failed))
 
 
-def _mock(codes: np.ndarray, aliases: dict) -> np.ndarray:
-    out = codes.copy()
-    for src, dst in aliases.items():
-        out[codes == src] = dst
-    return out
+@njit(cache=True)
+def _tensor_block(d, start, w, h, c, b, dtype, dtype_table, layout, sparsity, failed) -> bool:
+    d[start], d[start + 1], d[start + 2], d[start + 3] = w, h, c, b
+    d[start + 15] = sparsity
+    return (_one_hot(d, start + 4, dtype, dtype_table, failed)
+            and _one_hot(d, start + 8, layout, _T.layout11, failed))
 
 
-def _encode_93(m: np.ndarray, version: int) -> np.ndarray:
+@njit(cache=True)
+def _encode_93(row, v4011, d, failed) -> bool:
     """Interfaces 11 and 4011: the same 93 slots; 4011 differs in the device and operation mocks, the weight
     alignment, the swizzling normalisation and the ISI/owt filter (npu45-notes §4.1)."""
-    n = len(m)
-    a = np.asfortranarray(m, dtype=np.int64)
-    col = lambda f: a[:, f]  # noqa: E731
-    v4011 = version == 4011
-    d = np.zeros((n, 93), dtype=np.float32, order="F")
-    san_op = col(F.operation)
-    op = _mock(san_op, _OP_ALIASES_4011 if v4011 else _OP_ALIASES_11)
-    _one_hot(d, 0, col(F.device), f"device{version}", version)
-    _one_hot(d, 4, op, f"operation{version}", version)
+    i = lambda field: int_field(row, field)  # noqa: E731
+    san_op = i(F.operation)
+    op = san_op
+    if 0 <= op < len(_OP_MOCK_11):
+        op = _OP_MOCK_4011[op] if v4011 else _OP_MOCK_11[op]
+    if not (_one_hot(d, 0, i(F.device), _T.device4011 if v4011 else _T.device11, failed)
+            and _one_hot(d, 4, op, _T.operation4011 if v4011 else _T.operation11, failed)):
+        return False
     # input0: the memory tensor; with zero halo (all this runtime supports) it is the compute tensor
-    _tensor_block(d, 10, [col(F.in_w), col(F.in_h), col(F.in_c), col(F.in_b)], col(F.in_dtype), col(F.in_layout),
-                  col(F.in_sparsity_enabled))
+    in_w, in_h, in_c, in_b, in_dtype = i(F.in_w), i(F.in_h), i(F.in_c), i(F.in_b), i(F.in_dtype)
+    if not _tensor_block(d, 10, in_w, in_h, in_c, in_b, in_dtype, _T.dtype11, i(F.in_layout),
+                         i(F.in_sparsity_enabled), failed):
+        return False
     is_elt, is_maxpool = op == _OP.ELTWISE, op == _OP.MAXPOOL
-    plain = ~is_elt & ~is_maxpool  # weights [1, 1, aligned samples, C_out]; ELTWISE a permuted input copy
-    wchan = weight_channels(a, _DEV.VPU_4_0 if v4011 else _DEV.VPU_2_7)
-    wdims = [np.where(is_elt, col(F.in_h), plain), np.where(is_elt, col(F.in_c), plain),
-             np.where(is_elt, col(F.in_w), np.where(plain, wchan, 0)),
-             np.where(is_elt, col(F.in_b), np.where(plain, col(F.out_c), 0))]
-    wlayout = np.where(is_maxpool, _LAYOUT.INVALID, col(F.in_layout))
-    _tensor_block(d, 26, wdims, col(F.in_dtype), wlayout, col(F.weight_sparsity_enabled))
-    _tensor_block(d, 42, [col(F.out_w), col(F.out_h), col(F.out_c), col(F.out_b)], col(F.out_dtype),
-                  col(F.out_layout), 0)
-    for k, f in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
-        d[:, 58 + k] = col(f)
-    _one_hot(d, 66, col(F.execution_mode), "mode11", version)
-    d[:, 69] = _sparsity_6dp(m[:, F.act_sparsity])
-    d[:, 70] = _sparsity_6dp(m[:, F.weight_sparsity])
-    swz_in0, swz_in1, swz_out = col(F.in_swizzling0), col(F.in_swizzling1), col(F.out_swizzling0)
-    key = lambda is_key0: np.where(is_key0, _SWZ.KEY_0, _SWZ.KEY_5)  # noqa: E731
+    # weights [1, 1, aligned samples, C_out]; ELTWISE a permuted input copy; MAXPOOL none
+    if is_elt:
+        wdims = (in_h, in_c, in_w, in_b)
+    elif is_maxpool:
+        wdims = (0, 0, 0, 0)
+    else:
+        wdims = (1, 1, weight_channels(row, _DEV.VPU_4_0 if v4011 else _DEV.VPU_2_7), i(F.out_c))
+    if not (_tensor_block(d, 26, wdims[0], wdims[1], wdims[2], wdims[3], in_dtype, _T.dtype11,
+                          _LAYOUT.INVALID if is_maxpool else i(F.in_layout), i(F.weight_sparsity_enabled), failed)
+            and _tensor_block(d, 42, i(F.out_w), i(F.out_h), i(F.out_c), i(F.out_b), i(F.out_dtype), _T.dtype11,
+                              i(F.out_layout), 0, failed)):
+        return False
+    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
+        d[58 + k] = i(field)
+    if not _one_hot(d, 66, i(F.execution_mode), _T.mode11, failed):
+        return False
+    d[69], d[70] = _round_6dp(row[F.act_sparsity]), _round_6dp(row[F.weight_sparsity])
+    swz_in0, swz_in1, swz_out = i(F.in_swizzling0), i(F.in_swizzling1), i(F.out_swizzling0)
     if v4011:  # decided on the sanitized operation
         elt = san_op == _OP.ELTWISE
-        key_in = key(elt & (swz_in0 == 0) & (swz_in1 == 0))
-        key_out = key(elt & (swz_out == 0))
+        key0_in, key0_out = elt and swz_in0 == 0 and swz_in1 == 0, elt and swz_out == 0
     else:
-        key_in = key_out = key(is_elt & (swz_in0 == 0) & (swz_in1 == 0) & (swz_out == 0))
-    _one_hot(d, 71, key_in, "swizzling", version)
-    _one_hot(d, 77, np.where(is_maxpool, _SWZ.KEY_0, key_in), "swizzling", version)
-    _one_hot(d, 83, key_out, "swizzling", version)
-    isi, owt = col(F.isi_strategy).copy(), col(F.output_write_tiles).copy()
-    soh = isi == _ISI_CODE.SPLIT_OVER_H
-    isi[soh if v4011 else soh & (col(F.k_h) == 1)] = _ISI_CODE.CLUSTERING
-    isi[(isi == _ISI_CODE.CLUSTERING) & (owt > 1)] = _ISI_CODE.SPLIT_OVER_K
-    if not v4011:
-        sok_elt = (isi == _ISI_CODE.SPLIT_OVER_K) & is_elt
-        isi[sok_elt] = _ISI_CODE.CLUSTERING
-        owt[sok_elt] = 1
-    d[:, 89] = np.minimum(owt, 6 if v4011 else 2)
-    _one_hot(d, 90, isi, "isi11", version)
-    return d
+        key0_in = key0_out = is_elt and swz_in0 == 0 and swz_in1 == 0 and swz_out == 0
+    key_in = _SWZ.KEY_0 if key0_in else _SWZ.KEY_5
+    if not (_one_hot(d, 71, key_in, _T.swizzling, failed)
+            and _one_hot(d, 77, _SWZ.KEY_0 if is_maxpool else key_in, _T.swizzling, failed)
+            and _one_hot(d, 83, _SWZ.KEY_0 if key0_out else _SWZ.KEY_5, _T.swizzling, failed)):
+        return False
+    isi, owt = i(F.isi_strategy), i(F.output_write_tiles)
+    if isi == _ISI_CODE.SPLIT_OVER_H and (v4011 or i(F.k_h) == 1):
+        isi = _ISI_CODE.CLUSTERING
+    if isi == _ISI_CODE.CLUSTERING and owt > 1:
+        isi = _ISI_CODE.SPLIT_OVER_K
+    if not v4011 and isi == _ISI_CODE.SPLIT_OVER_K and is_elt:
+        isi, owt = _ISI_CODE.CLUSTERING, 1
+    d[89] = min(owt, 6 if v4011 else 2)
+    return _one_hot(d, 90, isi, _T.isi11, failed)
 
 
-def _encode_5114(m: np.ndarray) -> np.ndarray:
+@njit(cache=True)
+def _encode_5114(row, d, failed) -> bool:
     """Interface 5114 (npu45-notes §4.2): no device, swizzling, ISI, sparsity flags or weight shape."""
-    a = np.asfortranarray(m, dtype=np.int64)
-    col = lambda f: a[:, f]  # noqa: E731
-    d = np.zeros((len(a), 53), dtype=np.float32, order="F")
-    _one_hot(d, 0, col(F.operation), "operation5114", 5114)
-    for start, dims, pad in ((7, (F.in_w, F.in_h, F.in_c, F.in_b), F.input_autopad),
-                             (21, (F.out_w, F.out_h, F.out_c, F.out_b), F.output_autopad)):
-        for k, f in enumerate(dims):
-            d[:, start + k] = col(f)
-        d[:, start + 2] = np.where((col(pad) == 1) & (col(dims[2]) < 16), 16, col(dims[2]))  # autopadded channels
-    _one_hot(d, 11, col(F.in_dtype), "dtype5114", 5114)
-    _one_hot(d, 16, weight_dtype(a), "dtype5114", 5114)
-    _one_hot(d, 25, col(F.out_dtype), "dtype5114", 5114)
-    for k, f in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
-        d[:, 30 + k] = col(f)
-    _one_hot(d, 38, col(F.execution_mode), "mode11", 5114)
-    d[:, 41] = _sparsity_6dp(m[:, F.act_sparsity])
-    d[:, 42] = _sparsity_6dp(m[:, F.weight_sparsity])
-    d[:, 43] = np.minimum(col(F.output_write_tiles), 2)
-    _one_hot(d, 44, col(F.out_layout), "layout5114", 5114)
-    d[:, 50] = in_place_output(a)
-    d[:, 51] = weightless(a)
-    d[:, 52] = col(F.superdense)
-    return d
+    i = lambda field: int_field(row, field)  # noqa: E731
+    if not _one_hot(d, 0, i(F.operation), _T.operation5114, failed):
+        return False
+    for k, field in enumerate((F.in_w, F.in_h, F.in_c, F.in_b)):
+        d[7 + k] = i(field)
+    for k, field in enumerate((F.out_w, F.out_h, F.out_c, F.out_b)):
+        d[21 + k] = i(field)
+    if i(F.input_autopad) == 1 and i(F.in_c) < 16:  # autopadded channels
+        d[9] = 16
+    if i(F.output_autopad) == 1 and i(F.out_c) < 16:
+        d[23] = 16
+    if not (_one_hot(d, 11, i(F.in_dtype), _T.dtype5114, failed)
+            and _one_hot(d, 16, weight_dtype(row), _T.dtype5114, failed)
+            and _one_hot(d, 25, i(F.out_dtype), _T.dtype5114, failed)):
+        return False
+    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
+        d[30 + k] = i(field)
+    if not _one_hot(d, 38, i(F.execution_mode), _T.mode11, failed):
+        return False
+    d[41], d[42] = _round_6dp(row[F.act_sparsity]), _round_6dp(row[F.weight_sparsity])
+    d[43] = min(i(F.output_write_tiles), 2)
+    d[50], d[51], d[52] = in_place_output(row), weightless(row), i(F.superdense)
+    return _one_hot(d, 44, i(F.out_layout), _T.layout5114, failed)

@@ -1,9 +1,10 @@
-"""`DpuModel`: the VPUNN DPU cost model (`VPUCostModel::DPU`, single-workload semantics), batched in numpy.
+"""`DpuModel`: the VPUNN DPU cost model (`VPUCostModel::DPU`, single-workload semantics), batched.
 
 One call costs any number of workloads: sanitize and validate all rows, expand dual-sparsity and >64-channel
-extrapolation rows into their NN queries, encode every query, run the NN once on the distinct descriptors
-(float32, `x @ W.T + b`), then post-process and fold the expansions back (vpunn-reference.md §3.0, §4.1;
-VPU 4.0 / NPU 5.0: npu45-notes §2-3).
+extrapolation rows into their NN queries and encode every query (one compiled pass, `_plan`), run the NN once on
+the distinct descriptors (float32, `x @ W.T + b`; reader.py), then post-process and fold the expansions back
+(`_fold`) (vpunn-reference.md §3.0, §4.1; VPU 4.0 / NPU 5.0: npu45-notes §2-3). A single workload takes the same
+path; its cost is dominated by the NN pass.
 """
 from __future__ import annotations
 
@@ -12,16 +13,17 @@ from pathlib import Path
 from typing import Iterable
 
 import numpy as np
+from numba import njit
 
-from .descriptors import DESCRIPTOR_SIZES, encode, first_unencodable
-from .enums import DTYPE_BITS, Operation, VPUDevice, int_codes
+from .descriptors import DESCRIPTOR_SIZES, UnencodableWorkload, encode, encode_rows, unencodable
+from .enums import Operation, VPUDevice, int_codes
 from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
 from .reader import VpunnNetwork, read_vpunn
-from .sanitizer import check, sanitize
-from .theoretical import theoretical_cycles
+from .sanitizer import CONTEXTS, as_matrix, bits, check_row, int_field, member, sanitize, sanitize_rows
+from .theoretical import theoretical_row
 from .workload import F, DPUWorkload, workloads_to_matrix
 
-__all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_to_cycles"]
+__all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_cycles"]
 
 _OP = int_codes(Operation)
 _DEV = int_codes(VPUDevice)
@@ -35,15 +37,9 @@ _DW_FACTORS_8BIT = np.array([[1.0, 0.8, 0.75], [0.5, 0.44, 0.69], [0.81, 0.75, 0
                              [0.60, 0.60, 0.65]], dtype=np.float32)
 _DW_FACTORS_WIDE = np.array([[1.0, 1.0, 1.0], [0.48, 0.47, 0.71], [0.76, 0.74, 0.77], [0.69, 0.69, 0.73],
                              [0.60, 0.60, 0.65]], dtype=np.float32)
-_BITS = np.array(DTYPE_BITS)
-
-
-class UnencodableWorkload(VpunnError):
-    """A valid workload that the model's descriptor interface cannot express (the runtime throws too)."""
-
-    def __init__(self, index: int, reason: str):
-        super().__init__(f"workload {index}: {reason}")
-        self.index, self.reason = index, reason
+# the NN queries of a valid workload (§3.0 steps 2-3): one; two sparsity clones; the 32- and 64-channel references
+_PLAIN, _DUAL_SPARSE, _EXTRAPOLATED = 0, 1, 2
+_WORKLOAD = CONTEXTS["workload"]
 
 
 class LruCache:
@@ -73,31 +69,38 @@ class LruCache:
         self._data.clear()
 
 
-def nn_to_cycles(values: np.ndarray) -> np.ndarray:
-    """Output interfaces 2, 4 and 5: ceil of the (post-processed) NN value, or ERROR_INVALID_OUTPUT_RANGE outside
-    [0, 4e9]."""
-    values = np.asarray(values, dtype=np.float32)
-    ok = (values >= 0) & (values <= _MAX_NN_CYCLES)
-    return np.where(ok, np.ceil(np.where(ok, values, 0)).astype(np.int64), ERROR_INVALID_OUTPUT_RANGE)
+@njit(cache=True)
+def nn_cycles(value, query, output_version) -> int:
+    """Output interfaces 2, 4 and 5: ceil of the NN value, or ERROR_INVALID_OUTPUT_RANGE outside [0, 4e9].
+
+    Interface 4 first scales DW_CONVOLUTION on VPU 4.0 and later by a float32 factor (`_dw_factor`).
+    """
+    if not 0 <= value <= _MAX_NN_CYCLES:
+        return ERROR_INVALID_OUTPUT_RANGE
+    if output_version == 4:
+        value = value * _dw_factor(query)
+        if not 0 <= value <= _MAX_NN_CYCLES:
+            return ERROR_INVALID_OUTPUT_RANGE
+    return np.int64(np.ceil(value))
 
 
-def dw_factor(queries: np.ndarray) -> np.ndarray:
-    """Output interface 4's float32 factor per sanitized workload: 1 except DW_CONVOLUTION on VPU 4.0 and later
-    with 16, 32 or 64 input channels (npu45-notes §3)."""
-    a = np.asarray(queries, dtype=np.int64)
-    kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
-    row = np.select([(sw == 1) & (sh == 1) & (kw == 3), (sw == 1) & (sh == 1) & ((kw == 1) | (kh == 1)),
-                     (sw == 1) & (sh == 1), (sw == 2) | (sh == 2)], [1, 0, 2, 3], 4)
-    channel = np.select([a[:, F.in_c] == c for c in (16, 32, 64)], [0, 1, 2], -1)
-    wide = _BITS[np.clip(a[:, F.in_dtype], 0, len(_BITS) - 1)] > 8
-    factor = np.where(wide, _DW_FACTORS_WIDE[row, channel], _DW_FACTORS_8BIT[row, channel])
-    scaled = (a[:, F.device] >= _DEV.VPU_4_0) & (a[:, F.operation] == _OP.DW_CONVOLUTION) & (channel >= 0)
-    return np.where(scaled, factor, np.float32(1))
-
-
-def _fallback_cycles(sv: np.ndarray) -> np.ndarray:
-    """The theoretical cycles `DPU()` returns for an NN error: the runtime's uint64 value cut to its uint32 result."""
-    return theoretical_cycles(sv) & 0xFFFFFFFF
+@njit(cache=True)
+def _dw_factor(query) -> np.float32:
+    """Output interface 4's factor of a sanitized workload: 1 except DW_CONVOLUTION on VPU 4.0 and later with 16,
+    32 or 64 input channels (npu45-notes §3)."""
+    in_c = int_field(query, F.in_c)
+    channel = 0 if in_c == 16 else (1 if in_c == 32 else (2 if in_c == 64 else -1))
+    if int_field(query, F.device) < _DEV.VPU_4_0 or int_field(query, F.operation) != _OP.DW_CONVOLUTION \
+            or channel < 0:
+        return np.float32(1)
+    kw, kh, sw, sh = int_field(query, F.k_w), int_field(query, F.k_h), int_field(query, F.s_w), \
+        int_field(query, F.s_h)
+    if sw == 1 and sh == 1:
+        context = 1 if kw == 3 else (0 if kw == 1 or kh == 1 else 2)
+    else:
+        context = 3 if sw == 2 or sh == 2 else 4
+    table = _DW_FACTORS_WIDE if bits(int_field(query, F.in_dtype)) > 8 else _DW_FACTORS_8BIT
+    return table[context, channel]
 
 
 _FINGERPRINT = np.random.default_rng(20260311).random((128, 2)).astype(np.float32)
@@ -164,16 +167,20 @@ class DpuModel:
         d = np.ascontiguousarray(descriptors, dtype=np.float32)  # row-major: the GEMMs run fastest on it
         if len(d) == 0:
             return np.zeros(0, np.float32)
-        distinct = _distinct_rows(d)
-        if distinct is None:  # a fingerprint collision: exact keys
-            keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
-            last = {k: i for i, k in enumerate(keys)}
-            distinct = np.unique(np.fromiter(map(last.__getitem__, keys), np.int64, len(keys)), return_inverse=True)
-        first, inverse = distinct
-        if len(first) == len(d):  # all distinct: keep the given order, no gather
+        if len(d) == 1:  # a single query: nothing to deduplicate
             rows, inverse = d, slice(None)
         else:
-            rows = d[first]
+            distinct = _distinct_rows(d)
+            if distinct is None:  # a fingerprint collision: exact keys
+                keys = d.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
+                last = {k: i for i, k in enumerate(keys)}
+                distinct = np.unique(np.fromiter(map(last.__getitem__, keys), np.int64, len(keys)),
+                                     return_inverse=True)
+            first, inverse = distinct
+            if len(first) == len(d):  # all distinct: keep the given order, no gather
+                rows, inverse = d, slice(None)
+            else:
+                rows = d[first]
         if self._cache.size <= 0:
             return self.network.forward(rows, threads=self.blas_threads)[inverse]
         keys = rows.view(np.dtype((np.void, d.shape[1] * d.itemsize))).ravel().tolist()
@@ -187,92 +194,112 @@ class DpuModel:
                 self._cache.put(keys[i], v)
         return values[inverse]
 
-    def _query_cycles(self, queries: np.ndarray) -> np.ndarray:
-        if len(queries) == 0:
-            return np.zeros(0, np.int64)
-        values = self.nn_values(encode(queries, self.version))
-        if self.network.output_version == 4:
-            in_range = (values >= 0) & (values <= _MAX_NN_CYCLES)
-            values = np.where(in_range, values * dw_factor(queries), values)
-        return nn_to_cycles(values)
-
     def cost(self, workloads: Iterable[DPUWorkload] | np.ndarray) -> np.ndarray:
         """Cycles per workload (int64 holding the runtime's uint32: an error code where invalid).
 
         As the single-workload `DPU()`: an NN error (output out of range) falls back to the theoretical cycles.
         """
-        m = workloads_to_matrix(workloads)
-        result = np.zeros(len(m), dtype=np.int64)
-        if len(m) == 0:
-            return result
-        s = sanitize(m)
-        code = check(s, "workload")
-        result[:] = code
-        ok = np.nonzero(code == 0)[0]
-        if len(ok) == 0:
-            return result
-        sv = s if len(ok) == len(s) else np.asfortranarray(s[ok])
-        try:
-            result[ok] = self._cost_valid(sv)
-        except VpunnError:
-            bad = first_unencodable(sv, self.version)
-            if bad is None:
-                raise
-            raise UnencodableWorkload(int(ok[bad[0]]), bad[1]) from None
-        return result
-
-    def _cost_valid(self, sv: np.ndarray) -> np.ndarray:
-        """Cycles of sanitized, valid workloads (§3.0 steps 2-5)."""
-        op = sv[:, F.operation].astype(np.int64)
-        dual = (sv[:, F.in_sparsity_enabled] != 0) & (sv[:, F.weight_sparsity_enabled] != 0)
-        extra = ((op == _OP.DW_CONVOLUTION) | (op == _OP.MAXPOOL) | (op == _OP.AVEPOOL)) \
-            & (sv[:, F.in_c] > 64) & ~dual
-        plain = ~dual & ~extra
-        if plain.all():  # the common case: one query per workload, no copies
-            queries, sizes = sv, [len(sv), 0, 0, 0, 0]
-        else:
-            clone_a, clone_b = sv[dual].copy(), sv[dual].copy()
-            clone_a[:, [F.act_sparsity, F.in_sparsity_enabled]] = 0
-            clone_b[:, [F.weight_sparsity, F.weight_sparsity_enabled]] = 0
-            ref32, ref64 = sv[extra].copy(), sv[extra].copy()
-            ref32[:, [F.in_c, F.out_c]] = 32
-            ref64[:, [F.in_c, F.out_c]] = 64
-            parts = [sv[plain], clone_a, clone_b, ref32, ref64]
-            queries, sizes = np.concatenate(parts), [len(p) for p in parts]
-        cyc = np.split(self._query_cycles(queries), np.cumsum(sizes)[:-1])
-        c_plain, c_a, c_b, c32, c64 = cyc
-        bad = lambda c: c == ERROR_INVALID_OUTPUT_RANGE  # noqa: E731  (the only NN error code)
-        theo = np.zeros(len(sv), dtype=np.int64)  # the fallback, computed only where an NN value is unusable
-        need = np.zeros(len(sv), dtype=bool)
-        need[plain] = bad(c_plain)
-        need[dual] = bad(c_a) | bad(c_b)
-        need[extra] = bad(c32) | bad(c64)
-        if need.any():
-            theo[need] = _fallback_cycles(sv[need])
-        out = np.empty(len(sv), dtype=np.int64)
-        out[plain] = np.where(bad(c_plain), theo[plain], c_plain)
-        # each dual-sparsity clone is a DPU() call of its own, fallback included; theory ignores sparsity
-        theo_d = theo[dual]
-        out[dual] = np.minimum(np.where(bad(c_a), theo_d, c_a), np.where(bad(c_b), theo_d, c_b))
-        extrapolated = self._extrapolate(sv[extra, F.out_c], c32, c64, theo[extra])
-        if (extrapolated < 0).any():  # a negative extrapolation: the theoretical cycles, as for an NN error
-            neg = np.nonzero(extra)[0][extrapolated < 0]
-            extrapolated[extrapolated < 0] = _fallback_cycles(sv[neg])
-        out[extra] = extrapolated
-        return out
-
-    @staticmethod
-    def _extrapolate(c_out, c32, c64, theo) -> np.ndarray:
-        """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3); -1 where negative."""
-        f32 = np.float32
-        a, b = c32.astype(f32), c64.astype(f32)
-        slope = (b - a) / f32(32)
-        value = slope * c_out.astype(f32) + (a - slope * f32(32))
-        failed = (c32 == ERROR_INVALID_OUTPUT_RANGE) | (c64 == ERROR_INVALID_OUTPUT_RANGE)
-        cycles = np.ceil(np.where(failed, 0, value)).astype(np.int64)
-        return np.where(failed, theo, np.where(cycles < 0, -1, cycles))
+        m = as_matrix(workloads_to_matrix(workloads))
+        failed = np.full(3, -1, dtype=np.int64)
+        sanitized, codes, first, queries, descriptors = _plan(m, self.version, DESCRIPTOR_SIZES[self.version],
+                                                              failed)
+        if failed[0] >= 0:
+            exc = unencodable(failed, self.version)
+            raise UnencodableWorkload(int(np.flatnonzero((first >= 0) & (first <= exc.index))[-1]), exc.reason)
+        return _fold(sanitized, codes, first, queries, self.nn_values(descriptors), self.network.output_version)
 
     def cost_one(self, workload: DPUWorkload) -> tuple[int, str]:
         """(cycles, error name or '') of one workload."""
         cycles = int(self.cost([workload])[0])
         return cycles, error_name(cycles)
+
+
+@njit(cache=True)
+def _query_kind(workload) -> int:
+    """How a sanitized, valid workload is queried: _PLAIN, _DUAL_SPARSE or _EXTRAPOLATED (§3.0 steps 2-3)."""
+    if int_field(workload, F.in_sparsity_enabled) != 0 and int_field(workload, F.weight_sparsity_enabled) != 0:
+        return _DUAL_SPARSE
+    if member(int_field(workload, F.operation), (_OP.DW_CONVOLUTION, _OP.MAXPOOL, _OP.AVEPOOL)) \
+            and int_field(workload, F.in_c) > 64:
+        return _EXTRAPOLATED
+    return _PLAIN
+
+
+@njit(cache=True)
+def _plan(m, version, size, failed):
+    """Sanitize and check the workloads, write the NN queries of the valid ones and encode them.
+
+    Returns (sanitized, error code per workload, index of its first query or -1, queries, descriptors); the queries
+    of a workload are consecutive. An unencodable query stops the encoding and fills `failed` (`encode_rows`).
+    """
+    sanitized = sanitize_rows(m, m.copy())
+    codes = np.empty(len(m), dtype=np.int64)
+    first = np.full(len(m), -1, dtype=np.int64)
+    n_queries = 0
+    for i in range(len(m)):
+        codes[i] = check_row(sanitized[i], _WORKLOAD, 0, 1)
+        if codes[i] == 0:
+            first[i] = n_queries
+            n_queries += 1 if _query_kind(sanitized[i]) == _PLAIN else 2
+    queries = np.empty((n_queries, m.shape[1]))
+    for i in range(len(m)):
+        j = first[i]
+        if j < 0:
+            continue
+        queries[j] = sanitized[i]
+        kind = _query_kind(sanitized[i])
+        if kind != _PLAIN:
+            queries[j + 1] = sanitized[i]
+        if kind == _DUAL_SPARSE:  # one clone without activation sparsity, one without weight sparsity
+            queries[j, F.act_sparsity] = queries[j, F.in_sparsity_enabled] = 0
+            queries[j + 1, F.weight_sparsity] = queries[j + 1, F.weight_sparsity_enabled] = 0
+        elif kind == _EXTRAPOLATED:
+            queries[j, F.in_c] = queries[j, F.out_c] = 32
+            queries[j + 1, F.in_c] = queries[j + 1, F.out_c] = 64
+    descriptors = np.zeros((n_queries, size), dtype=np.float32)
+    encode_rows(queries, version, descriptors, failed)
+    return sanitized, codes, first, queries, descriptors
+
+
+@njit(cache=True)
+def _fold(sanitized, codes, first, queries, values, output_version):
+    """Cycles per workload from the NN values of its queries (§3.0 steps 4-5): the error code of an invalid one;
+    the theoretical cycles where an NN value is unusable."""
+    out = codes.copy()
+    for i in range(len(out)):
+        j = first[i]
+        if j < 0:
+            continue
+        kind = _query_kind(sanitized[i])
+        cycles = nn_cycles(values[j], queries[j], output_version)
+        if kind == _PLAIN:
+            out[i] = _fallback(sanitized[i]) if cycles == ERROR_INVALID_OUTPUT_RANGE else cycles
+            continue
+        other = nn_cycles(values[j + 1], queries[j + 1], output_version)
+        if kind == _DUAL_SPARSE:  # each clone is a DPU() call of its own, fallback included
+            if cycles == ERROR_INVALID_OUTPUT_RANGE:
+                cycles = _fallback(sanitized[i])
+            if other == ERROR_INVALID_OUTPUT_RANGE:
+                other = _fallback(sanitized[i])
+            out[i] = min(cycles, other)
+        else:
+            out[i] = _extrapolate(sanitized[i], cycles, other)
+    return out
+
+
+@njit(cache=True)
+def _extrapolate(workload, c32, c64) -> int:
+    """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3); the theoretical cycles if
+    either failed or the result is negative."""
+    if c32 == ERROR_INVALID_OUTPUT_RANGE or c64 == ERROR_INVALID_OUTPUT_RANGE:
+        return _fallback(workload)
+    a, b = np.float32(c32), np.float32(c64)
+    slope = (b - a) / np.float32(32)
+    cycles = np.int64(np.ceil(slope * np.float32(workload[F.out_c]) + (a - slope * np.float32(32))))
+    return _fallback(workload) if cycles < 0 else cycles
+
+
+@njit(cache=True)
+def _fallback(workload) -> int:
+    """The theoretical cycles `DPU()` returns for an NN error: the runtime's uint64 value cut to its uint32 result."""
+    return theoretical_row(workload, True) & 0xFFFFFFFF

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import flatbuffers.util
 from flatbuffers.table import Table
+from numba import njit
 
 from .errors import VpunnError
 
@@ -23,6 +24,10 @@ __all__ = ["FCLayer", "VpunnNetwork", "read_vpunn", "parse_model_name", "FILE_ID
 FILE_IDENTIFIER = b"VPUN"
 #: Layer.activation_function codes
 ACTIVATIONS = {0: "NOOP", 1: "RELU", 2: "SIGMOID"}
+_ACTIVATION_CODES = {name: code for code, name in ACTIVATIONS.items()}
+_RELU, _SIGMOID = _ACTIVATION_CODES["RELU"], _ACTIVATION_CODES["SIGMOID"]
+#: `VpunnNetwork.forward` runs up to this many rows in compiled code, more rows as BLAS GEMMs
+SMALL_BATCH = 4
 _UNION_TAGS = {0: "NONE", 1: "FullyConnectedLayer", 2: "L2NormalizationLayer", 3: "kNNLayer"}
 _TENSOR_TYPES = {0: "FLOAT32", 1: "FLOAT16", 2: "INT32", 3: "UINT8", 4: "INT64", 5: "STRING", 6: "BOOL",
                  7: "INT16", 8: "COMPLEX64", 9: "INT8", 10: "FLOAT64", 11: "COMPLEX128", 12: "UINT64", 15: "UINT32"}
@@ -166,19 +171,32 @@ class VpunnNetwork:
         return sum(lay.weight.size + (0 if lay.bias is None else lay.bias.size) for lay in self.layers)
 
     def __post_init__(self):
-        # transposed contiguous copies for x @ W.T as one BLAS call per layer
-        object.__setattr__(self, "_wt", tuple(np.ascontiguousarray(lay.weight.T) for lay in self.layers))
+        # the transposed weights (in, out) of every layer, one after the other in one buffer: x @ W.T is one BLAS
+        # call per layer on a view, and `_forward_rows` reads the buffer itself
+        flat = np.concatenate([lay.weight.T.ravel() for lay in self.layers]).astype(np.float32)
+        ends = np.cumsum([lay.weight.size for lay in self.layers])
+        object.__setattr__(self, "_wt", tuple(flat[end - lay.weight.size:end].reshape(lay.n_in, lay.n_out)
+                                              for lay, end in zip(self.layers, ends)))
+        biases = np.concatenate([np.zeros(lay.n_out, np.float32) if lay.bias is None else lay.bias
+                                 for lay in self.layers]).astype(np.float32)
+        shapes = np.array([(lay.n_in, lay.n_out) for lay in self.layers], dtype=np.int64)
+        activations = np.array([_ACTIVATION_CODES[lay.activation] for lay in self.layers], dtype=np.int64)
+        object.__setattr__(self, "_packed", (flat, biases, shapes, activations))
 
     def forward(self, x: np.ndarray, chunk: int = 1024, threads: int | None = None) -> np.ndarray:
         """NN values (float32, shape (n,)) for descriptors `x` of shape (n, input_size).
 
-        Rows go through in chunks of `chunk` (1024 kept the intermediates in cache and ran fastest here);
-        `threads` limits the BLAS threads for the call (None leaves the library's setting).
+        Up to `SMALL_BATCH` rows run in compiled code (`_forward_rows`), more as BLAS GEMMs in chunks of `chunk`
+        (1024 kept the intermediates in cache and ran fastest here); `threads` limits the BLAS threads for the
+        call (None leaves the library's setting). The two sum in different orders: their values can differ in
+        the last float32 bits.
         """
         x = np.asarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.input_size:
             raise VpunnError(f"{self.source}: descriptors of width {x.shape[-1]} given to a network that takes "
                              f"{self.input_size}")
+        if len(x) <= SMALL_BATCH:
+            return _forward_rows(np.ascontiguousarray(x), *self._packed)
         if threads is not None and len(x) >= 64:
             with _blas_threads(threads):
                 return self._forward(x, chunk)
@@ -198,6 +216,42 @@ class VpunnNetwork:
                     h = (1.0 / (1.0 + np.exp(-h))).astype(np.float32)
             out[start:start + chunk] = h[:, 0]
         return out
+
+
+@njit(cache=True)
+def _forward_rows(x, weights, biases, shapes, activations):
+    """`VpunnNetwork.forward` of a few rows (the arrays of `VpunnNetwork._packed`).
+
+    Each layer adds the input-scaled rows of its transposed weights: the inner loop runs over the outputs, so it
+    vectorises without reordering any float sum; a zero input (ReLU output, one-hot slot) adds nothing and is
+    skipped.
+    """
+    width = shapes.max()
+    h, acc = np.empty(width, np.float32), np.empty(width, np.float32)
+    out = np.empty(len(x), np.float32)
+    for r in range(len(x)):
+        h[:shapes[0, 0]] = x[r]
+        w_at = b_at = 0
+        for layer in range(len(shapes)):
+            n_in, n_out = shapes[layer, 0], shapes[layer, 1]
+            acc[:n_out] = 0
+            for k in range(n_in):
+                h_k = h[k]
+                if h_k != 0:
+                    w = weights[w_at + k * n_out:w_at + (k + 1) * n_out]
+                    for j in range(n_out):
+                        acc[j] += h_k * w[j]
+            for j in range(n_out):
+                v = acc[j] + biases[b_at + j]
+                if activations[layer] == _RELU and v < 0:
+                    v = np.float32(0)
+                elif activations[layer] == _SIGMOID:
+                    v = np.float32(1) / (np.float32(1) + np.exp(-v))
+                h[j] = v
+            w_at += n_in * n_out
+            b_at += n_out
+        out[r] = h[0]
+    return out
 
 
 @functools.lru_cache(maxsize=1)

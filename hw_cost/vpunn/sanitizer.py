@@ -1,27 +1,31 @@
 """The workload sanitizer and validity rules (vpunn-reference.md §5, and the layer variants of §6; VPU 4.0 and
-NPU 5.0: npu45-notes §5), vectorised.
+NPU 5.0: npu45-notes §5), compiled with numba.
 
-Every function works on a workload matrix (see workload.py): one row per workload, all rows at once.
-`check` has three contexts:
+Each rule is written once, for one workload row (the `_*_row` functions); the public functions run them over a
+workload matrix (see workload.py, one row per workload) in compiled loops, so one workload and a batch take the same
+code. `check` has three contexts:
 
 * "workload": `VPUCostModel::DPU` on one workload (after `sanitize`);
 * "tile": the tile checks of the layer model (no execution-mode check, DW/MAXPOOL any multiple of 16);
 * "layer": the whole-layer validation of the layer model (no CMX or execution-mode check, limits of the split
   dimensions scaled by the tile count, output height exact; npu45-notes §9 for the 4.0 / 5.0 strategies).
+
+numba caches the compiled code on disk with the enum codes and device constants read here frozen into it; jit_cache.py
+drops that cache whenever any source of the package changes.
 """
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .devices import DEVICES
 from .enums import (DTYPE_BITS, DataType, ExecutionMode, ISIStrategy, Layout, Operation, VPUDevice, VPUTilingStrategy,
                     int_codes)
 from .errors import (ERROR_INPUT_TOO_BIG, ERROR_INVALID_INPUT_CONFIGURATION, ERROR_INVALID_INPUT_DEVICE,
-                     ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION)
+                     ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION, VpunnError)
 from .workload import F
 
-__all__ = ["sanitize", "layer_fixups", "check", "cmx_required", "weights_bytes", "weight_channels",
-           "weight_mask_bytes", "weight_dtype", "in_place_output", "weightless", "dtype_bytes", "PAGE"]
+__all__ = ["sanitize", "layer_fixups", "check", "cmx_required", "weights_bytes", "dtype_bytes", "PAGE", "CONTEXTS"]
 
 _DTYPE = int_codes(DataType)
 _ISI = int_codes(ISIStrategy)
@@ -35,66 +39,62 @@ PAGE = 16 * 1024  # CMX page rounding of each tensor
 MAX_DIM = 8192
 MAX_KERNEL = 15
 MAX_STRIDE = 8
+#: `check` contexts -> the code the compiled rules take
+CONTEXTS = {"workload": 0, "tile": 1, "layer": 2}
+_WORKLOAD, _LAYER = CONTEXTS["workload"], CONTEXTS["layer"]
 
 _CONV, _DW, _ELT, _MAXPOOL, _AVEPOOL, _CM = (_OP.CONVOLUTION, _OP.DW_CONVOLUTION, _OP.ELTWISE,
                                              _OP.MAXPOOL, _OP.AVEPOOL, _OP.CM_CONVOLUTION)
 _LNORM, _ELT_MUL = _OP.LAYER_NORM, _OP.ELTWISE_MUL
 _V20, _V27, _V40, _V50 = _DEV.VPU_2_0, _DEV.VPU_2_7, _DEV.VPU_4_0, _DEV.NPU_5_0
 _BITS = np.array(DTYPE_BITS, dtype=np.int64)
+
+
+def _codes(*codes) -> np.ndarray:
+    return np.array([int(c) for c in codes], dtype=np.int64)
+
+
 # same-size datatype restriction of the sanitizer
 _RESTRICT = np.arange(len(DataType))
 for _src, _dst in ((_DTYPE.INT8, _DTYPE.UINT8), (_DTYPE.BFLOAT16, _DTYPE.FLOAT16), (_DTYPE.INT4, _DTYPE.UINT4),
                    (_DTYPE.BF8, _DTYPE.HF8), (_DTYPE.INT16, _DTYPE.UINT16), (_DTYPE.INT2, _DTYPE.UINT2),
                    (_DTYPE.INT1, _DTYPE.UINT1)):
     _RESTRICT[_src] = _dst
-_VALID_DTYPES = (_DTYPE.UINT8, _DTYPE.INT8, _DTYPE.FLOAT16, _DTYPE.BFLOAT16)
-_FP8 = (_DTYPE.HF8, _DTYPE.BF8)
-_VALID_OUT_DTYPES_40 = _VALID_DTYPES + (_DTYPE.FLOAT32,)
-_VALID_WT_DTYPES_40 = _VALID_DTYPES + (_DTYPE.INT4, _DTYPE.UINT4)
-_PERMUTED_LAYOUTS = (_LAYOUT.XYZ, _LAYOUT.XZY, _LAYOUT.YXZ, _LAYOUT.YZX, _LAYOUT.ZXY, _LAYOUT.ZYX)
+# code sets as int64 arrays: numba cannot unify constant tuples of different lengths (`member(x, a if c else b)`)
+_VALID_DTYPES = _codes(_DTYPE.UINT8, _DTYPE.INT8, _DTYPE.FLOAT16, _DTYPE.BFLOAT16)
+_FP8 = _codes(_DTYPE.HF8, _DTYPE.BF8)
+_VALID_DTYPES_50 = np.r_[_VALID_DTYPES, _FP8]
+_VALID_OUT_DTYPES_40 = np.r_[_VALID_DTYPES, _DTYPE.FLOAT32]
+_VALID_OUT_DTYPES_50 = np.r_[_VALID_OUT_DTYPES_40, _FP8, _DTYPE.INT32]
+_VALID_WT_DTYPES_40 = np.r_[_VALID_DTYPES, _DTYPE.INT4, _DTYPE.UINT4]
+_VALID_WT_DTYPES_50 = np.r_[_VALID_WT_DTYPES_40, _FP8, _DTYPE.INT2, _DTYPE.UINT2]
+_LAYOUTS_20 = _codes(_LAYOUT.ZMAJOR, _LAYOUT.CMAJOR)
+_PERMUTED_LAYOUTS = _codes(_LAYOUT.XYZ, _LAYOUT.XZY, _LAYOUT.YXZ, _LAYOUT.YZX, _LAYOUT.ZXY, _LAYOUT.ZYX)
+_MODES_20 = _codes(*DEVICES[VPUDevice.VPU_2_0].execution_modes)
+_MODES_27 = _codes(*DEVICES[VPUDevice.VPU_2_7].execution_modes)
 #: which of (W, H, C) is the innermost dimension of each layout (the first letter; ZMAJOR = ZXY, CMAJOR = XYZ)
 _INNERMOST = np.full(len(Layout), 2, dtype=np.int64)
 for _lay in (_LAYOUT.CMAJOR, _LAYOUT.XYZ, _LAYOUT.XZY):
     _INNERMOST[_lay] = 0
 _INNERMOST[[_LAYOUT.YXZ, _LAYOUT.YZX]] = 1
 _CMX_BY_DEVICE = np.array([DEVICES[d].cmx_bytes if d in DEVICES else 0 for d in VPUDevice], dtype=np.int64)
+# layer strategies that split the output channels / rows / columns over the tiles (the runtime's SOHW and SOHK
+# are validated like this but never split)
+_SPLIT_C = _codes(_TILING.SOK, _TILING.SOHK)
+_SPLIT_H = _codes(_TILING.SOH_Overlapped, _TILING.SOHO_K_SWITCH, _TILING.SOHW, _TILING.SOHK)
+_SPLIT_W = _codes(_TILING.SOW, _TILING.SOHW)
 
 
-def _cols(m: np.ndarray) -> np.ndarray:
-    """The matrix as int64 in column-major order: every column contiguous (column ops dominate)."""
-    return np.asfortranarray(m, dtype=np.int64)
-
-
-def _align(x, a):
-    return -(-x // a) * a
-
-
-def dtype_bytes(dtype_codes) -> np.ndarray:
-    """Bytes per element (float, 0.5 for 4-bit types)."""
-    return _bits(np.asarray(dtype_codes, dtype=np.int64)) / 8.0
+def as_matrix(m) -> np.ndarray:
+    """A workload matrix as the compiled code takes it: float64, row-major (one specialisation)."""
+    return np.ascontiguousarray(m, dtype=np.float64)
 
 
 def sanitize(m: np.ndarray) -> np.ndarray:
     """The changes `VPUCostModel::sanitize_workload` applies before validation (§5), on a copy: the layer model's
     fixups, then channel, data type and layout rules."""
-    s = layer_fixups(m)
-    a = _cols(m)
-    dev, op = a[:, F.device], s[:, F.operation].astype(np.int64)
-    same_c = _member(op, (_ELT, _DW, _MAXPOOL, _AVEPOOL)) & (a[:, F.out_c] >= 16) & (a[:, F.output_autopad] != 1) \
-        & (a[:, F.in_c] != a[:, F.out_c])
-    s[same_c, F.in_c] = s[same_c, F.out_c]
-    for col in (F.in_dtype, F.out_dtype):
-        codes = a[:, col]
-        known = (codes >= 0) & (codes < len(_RESTRICT))
-        s[known, col] = _RESTRICT[codes[known]]
-    v20, newer = dev == _V20, dev >= _V27
-    for col in (F.in_layout, F.out_layout):
-        lay = a[:, col]
-        s[v20 & (lay == _LAYOUT.ZXY), col] = _LAYOUT.ZMAJOR
-        s[v20 & (lay == _LAYOUT.XYZ), col] = _LAYOUT.CMAJOR
-        s[newer & (lay == _LAYOUT.ZMAJOR), col] = _LAYOUT.ZXY
-        s[newer & (lay == _LAYOUT.CMAJOR), col] = _LAYOUT.XYZ
-    return s
+    m = as_matrix(m)
+    return sanitize_rows(m, m.copy())
 
 
 def layer_fixups(m: np.ndarray) -> np.ndarray:
@@ -103,206 +103,7 @@ def layer_fixups(m: np.ndarray) -> np.ndarray:
     NPU 5.0 forces every swizzling to KEY_0 (as 2.0 does) and keeps AVEPOOL as an operation of its own; a
     CONVOLUTION with an autopadded input stays a CONVOLUTION (npu45-notes §5.1).
     """
-    s = np.array(m, dtype=np.float64, order="F")
-    a = _cols(s)
-    dev, op = a[:, F.device], a[:, F.operation]
-    s[(op == _AVEPOOL) & (dev < _V50), F.operation] = _DW
-    to_cm = (dev >= _V27) & (op == _CONV) & (a[:, F.in_c] >= 1) & (a[:, F.in_c] < 16) & (a[:, F.input_autopad] != 1)
-    s[to_cm, F.operation] = _CM
-    key0 = (dev == _V20) | (dev >= _V50)
-    for col in (F.in_swizzling0, F.in_swizzling1, F.out_swizzling0):
-        s[key0, col] = 0
-    return s
-
-
-def _bits(dtype_codes: np.ndarray) -> np.ndarray:
-    return _BITS[np.clip(dtype_codes, 0, len(_BITS) - 1)]
-
-
-def _nbytes(elements: np.ndarray, bits: np.ndarray) -> np.ndarray:
-    return (elements * bits + 7) // 8
-
-
-def weight_dtype(a: np.ndarray) -> np.ndarray:
-    """Dtype code of the weights: the optional `weight_type` where set, else the input dtype."""
-    wt = a[:, F.weight_type]
-    return np.where(wt >= 0, wt, a[:, F.in_dtype])
-
-
-def weight_channels(a: np.ndarray, rules=None) -> np.ndarray:
-    """Channel count (samples per output channel) of the weights tensor [1, 1, Cw, C_out]; 0 for ELTWISE/MAXPOOL.
-
-    VPU 2.7 aligns to 16 samples (§3.4, CM_CONV 8 for 16-bit weights). VPU 4.0 aligns CONV and DW to 32 samples
-    for 8-bit weights (16 with weight sparsity or 16-bit weights, npu45-notes §4.1). VPU 2.0 and NPU 5.0 do not
-    align (they align the bytes instead, `weight_mask_bytes`). `rules` is the device code whose rule applies,
-    default each row's device (interface 11 always uses 2.7's, interface 4011 4.0's).
-    """
-    op, kk = a[:, F.operation], a[:, F.k_w] * a[:, F.k_h]
-    c_kk = a[:, F.in_c] * kk
-    rules = a[:, F.device] if rules is None else rules
-    wide = _bits(weight_dtype(a)) >= 16
-    narrow_40 = (rules == _V40) & ~wide
-    conv_align = np.where(narrow_40 & (a[:, F.weight_sparsity_enabled] == 0), 32, 16)
-    dw = (op == _DW) | ((op == _AVEPOOL) & (rules < _V50))
-    conv = _member(op, (_CONV, _LNORM))
-    aligned = np.select([conv, dw, op == _CM], [_align(c_kk, conv_align), _align(kk, np.where(narrow_40, 32, 16)),
-                                                _align(c_kk, np.where(wide, 8, 16))], 0)
-    unaligned = np.where(conv | (op == _CM), c_kk, np.where(dw, kk, 0))
-    return np.where((rules == _V20) | (rules == _V50), unaligned, aligned)
-
-
-def _has_weights(op: np.ndarray, dev: np.ndarray) -> np.ndarray:
-    return _member(op, (_CONV, _DW, _CM, _LNORM)) | ((op == _AVEPOOL) & (dev < _V50))
-
-
-def weight_mask_bytes(a: np.ndarray) -> np.ndarray:
-    """Bytes of the weights of one output channel (CONV, DW, CM_CONV, LAYER_NORM; 0 otherwise), without the weight
-    table.
-
-    VPU 2.7 and 4.0 count the aligned sample count of `weight_channels` times the weights dtype size; VPU 2.0 and
-    NPU 5.0 have no sample alignment and round the byte count up to 16 instead.
-    """
-    dev = a[:, F.device]
-    nbytes = _nbytes(weight_channels(a), _bits(weight_dtype(a)))
-    nbytes = np.where((dev == _V20) | (dev == _V50), _align(nbytes, 16), nbytes)
-    return np.where(_has_weights(a[:, F.operation], dev), nbytes, 0)
-
-
-def _elementwise(a: np.ndarray) -> np.ndarray:
-    return (a[:, F.operation] == _ELT) | (a[:, F.operation] == _ELT_MUL)
-
-
-def _same_footprint(a: np.ndarray) -> np.ndarray:
-    """Input0 and output0 have the same layout and the same dtype size (the runtime's in-place precondition)."""
-    return (a[:, F.in_layout] == a[:, F.out_layout]) & (_bits(a[:, F.in_dtype]) == _bits(a[:, F.out_dtype]))
-
-
-def in_place_output(a: np.ndarray) -> np.ndarray:
-    """ELTWISE / ELTWISE_MUL writing its output over input0: the optional flag, else `_same_footprint`."""
-    flag = a[:, F.in_place_output]
-    return _elementwise(a) & np.where(flag >= 0, flag == 1, _same_footprint(a))
-
-
-def weightless(a: np.ndarray) -> np.ndarray:
-    """ELTWISE / ELTWISE_MUL without a second operand in CMX: the optional flag, else not `_same_footprint`."""
-    flag = a[:, F.weightless]
-    return _elementwise(a) & np.where(flag >= 0, flag == 1, ~_same_footprint(a))
-
-
-def _tensor_bytes(dims, layout: np.ndarray, bits: np.ndarray, align=1) -> np.ndarray:
-    """Bytes of a [W, H, C, B] tensor: its innermost dimension (per layout) in bytes, aligned, times the rest."""
-    w, h, c, b = dims
-    inner = _INNERMOST[np.clip(layout, 0, len(_INNERMOST) - 1)]
-    n_inner = np.choose(inner, (w, h, c))
-    rest = np.choose(inner, (h * c, w * c, w * h)) * b
-    return _align(_nbytes(n_inner, bits), align) * rest
-
-
-def cmx_required(m: np.ndarray, a: np.ndarray | None = None) -> np.ndarray:
-    """CMX bytes a workload needs: input0 + weights + output memory, each rounded up to the device's page.
-
-    vpunn-reference.md §5 (2.x, 16 KB pages), npu45-notes §5.2 (4.0: 16 KB pages, 5.0: 32 B).
-    `a` may pass `m` already converted to int64.
-    """
-    in0, in1, out0, page = _cmx_terms(m, a)
-    return _align(in0, page) + _align(in1, page) + _align(out0, page)
-
-
-def weights_bytes(m: np.ndarray) -> np.ndarray:
-    """Bytes of each workload's weights tensor (input1) before page rounding: its CMX term, and what the layer
-    model moves from DDR per tile when weights are not prefetched (the runtime's weight footprint)."""
-    return _cmx_terms(m)[1]
-
-
-def _cmx_terms(m: np.ndarray, a: np.ndarray | None = None) -> np.ndarray:
-    """Rows input0, weights, output memory (bytes before page rounding) and page size; one column per workload."""
-    a = _cols(m) if a is None else a
-    npu = a[:, F.device] >= _V40
-    if not npu.any():
-        return _cmx_2x(m, a)
-    if npu.all():
-        return _cmx_npu(m, a)
-    out = np.empty((4, len(a)), dtype=np.int64)
-    out[:, ~npu] = _cmx_2x(m[~npu], a[~npu])
-    out[:, npu] = _cmx_npu(m[npu], a[npu])
-    return out
-
-
-def _cmx_2x(m: np.ndarray, a: np.ndarray) -> np.ndarray:
-    op = a[:, F.operation]
-    n_in = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
-    in0 = _nbytes(n_in, _bits(a[:, F.in_dtype]))
-    sparse_in = a[:, F.in_sparsity_enabled] != 0
-    if sparse_in.any():
-        in0 = in0 + np.where(sparse_in, _align(-(-n_in // 8), 16), 0)
-    out0 = _nbytes(a[:, F.mem_w] * a[:, F.mem_h] * a[:, F.mem_c] * a[:, F.out_b], _bits(a[:, F.out_dtype]))
-    in_place = (op == _ELT) & (a[:, F.in_layout] == a[:, F.out_layout]) & (out0 == in0)
-    out0 = np.where(in_place, 0, out0)
-    c_out = a[:, F.out_c]
-    wbytes = weight_mask_bytes(a) * c_out
-    sparse = a[:, F.weight_sparsity_enabled] != 0
-    if sparse.any():
-        sparse_bytes = np.ceil(wbytes * (1.0 - m[:, F.weight_sparsity])).astype(np.int64) \
-            + c_out * _align(-(-weight_channels(a) // 8), 16)
-        wbytes = np.where(sparse, sparse_bytes, wbytes)
-    in1 = np.where(_has_weights(op, a[:, F.device]), wbytes + 16 * c_out, np.where(op == _ELT, in0, 0))
-    return np.stack([in0, in1, out0, np.full(len(a), PAGE)])
-
-
-def _cmx_npu(m: np.ndarray, a: np.ndarray) -> np.ndarray:
-    """npu45-notes §5.2."""
-    op, v50 = a[:, F.operation], a[:, F.device] == _V50
-    w, h, c, b = a[:, F.in_w], a[:, F.in_h], a[:, F.in_c], a[:, F.in_b]
-    in0 = _tensor_bytes((w, h, c, b), a[:, F.in_layout], _bits(a[:, F.in_dtype]))
-    sparse_in = a[:, F.in_sparsity_enabled] != 0
-    if sparse_in.any():
-        c_map = np.where(op == _CM, np.where(c < 5, 4, 16), c)
-        in0 = in0 + np.where(sparse_in, _align(w * h * c_map * b // 8, 16), 0)
-    c_out, w_bits = a[:, F.out_c], _bits(weight_dtype(a))
-    # 4.0 sizes the weight masks in input0's layout: with W or H innermost, a mask is a single element
-    z_inner = _INNERMOST[a[:, F.in_layout]] == 2
-    wbytes = np.where(v50 | z_inner, weight_mask_bytes(a), _nbytes(1, w_bits)) * c_out
-    sparse_w = a[:, F.weight_sparsity_enabled] != 0
-    if sparse_w.any():
-        skipped = np.floor(wbytes.astype(np.float32) * m[:, F.weight_sparsity].astype(np.float32))
-        sparse_bytes = wbytes - skipped.astype(np.int64) + c_out * _align(weight_channels(a) // 8, 16)
-        wbytes = np.where(sparse_w, sparse_bytes, wbytes)
-    # the second ELTWISE operand: a [H, C, W, B] permutation of input0 on 4.0, in the weights dtype
-    second = _tensor_bytes((np.where(v50, w, h), np.where(v50, h, c), np.where(v50, c, w), b), a[:, F.in_layout],
-                           w_bits)
-    in1 = np.select([_has_weights(op, a[:, F.device]), _elementwise(a) & ~weightless(a)],
-                    [wbytes + 16 * c_out, second], 0)
-    out_align = np.where(v50 & (a[:, F.superdense] != 1), 16, 1)
-    out0 = _tensor_bytes((a[:, F.mem_w], a[:, F.mem_h], a[:, F.mem_c], a[:, F.out_b]), a[:, F.out_layout],
-                         _bits(a[:, F.out_dtype]), out_align)
-    out0 = np.where(in_place_output(a), 0, out0)
-    page = np.where(v50, 32, PAGE)
-    return np.stack([in0, in1, out0, page])
-
-
-def _member(x: np.ndarray, values) -> np.ndarray:
-    """x in values, for a handful of small integer codes (cheaper than np.isin on small batches)."""
-    out = x == values[0]
-    for v in values[1:]:
-        out |= x == v
-    return out
-
-
-def _in_range(x, lo, hi):
-    return (x >= lo) & (x <= hi)
-
-
-def _out_size(size_in, pad_a, pad_b, k, s):
-    """(in + pads - k) / s + 1 with C's truncating division."""
-    num = size_in + pad_a + pad_b - k
-    return np.sign(num) * (np.abs(num) // np.maximum(s, 1)) + 1
-
-
-# layer strategies that split the output channels / rows / columns over the tiles (the runtime's SOHW and SOHK
-# are validated like this but never split)
-_SPLIT_C = (_TILING.SOK, _TILING.SOHK)
-_SPLIT_H = (_TILING.SOH_Overlapped, _TILING.SOHO_K_SWITCH, _TILING.SOHW, _TILING.SOHK)
-_SPLIT_W = (_TILING.SOW, _TILING.SOHW)
+    return _fixup_rows(as_matrix(m).copy())
 
 
 def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None) -> np.ndarray:
@@ -314,111 +115,454 @@ def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None)
         strategy: for "layer", the VPUTilingStrategy per row (scalar or array).
         n_tiles: for "layer", the tile count per row (scalar or array); the caller sets owt to it.
     """
-    a = _cols(m)
-    n = len(a)
-    dev, op = a[:, F.device], a[:, F.operation]
-    v20, v27, v40, v50 = dev == _V20, dev == _V27, dev == _V40, dev == _V50
-    npu = v40 | v50
-    layer = context == "layer"
-    if layer:
-        strategy = np.broadcast_to(np.asarray(strategy, dtype=np.int64), (n,))
-        n_tiles = np.broadcast_to(np.asarray(n_tiles, dtype=np.int64), (n,))
-        sok = strategy == _TILING.SOK
-        split_c, split_h, split_w = (_member(strategy, group) for group in (_SPLIT_C, _SPLIT_H, _SPLIT_W))
+    if context not in CONTEXTS:
+        raise VpunnError(f"unknown check context {context!r}; valid: {', '.join(CONTEXTS)}")
+    m = as_matrix(m)
+    per_row = lambda v: np.ascontiguousarray(np.broadcast_to(np.asarray(v, np.int64), (len(m),)))  # noqa: E731
+    return check_rows(m, CONTEXTS[context], per_row(0 if strategy is None else strategy),
+                      per_row(1 if n_tiles is None else n_tiles))
+
+
+def cmx_required(m: np.ndarray) -> np.ndarray:
+    """CMX bytes a workload needs: input0 + weights + output memory, each rounded up to the device's page.
+
+    vpunn-reference.md §5 (2.x, 16 KB pages), npu45-notes §5.2 (4.0: 16 KB pages, 5.0: 32 B).
+    """
+    return _cmx_rows(as_matrix(m), False)
+
+
+def weights_bytes(m: np.ndarray) -> np.ndarray:
+    """Bytes of each workload's weights tensor (input1) before page rounding: its CMX term, and what the layer
+    model moves from DDR per tile when weights are not prefetched (the runtime's weight footprint)."""
+    return _cmx_rows(as_matrix(m), True)
+
+
+@njit(cache=True)
+def _align(x, a):
+    return -(-x // a) * a
+
+
+@njit(cache=True)
+def member(x, values) -> bool:
+    for v in values:
+        if x == v:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _in_range(x, lo, hi) -> bool:
+    return lo <= x <= hi
+
+
+@njit(cache=True)
+def int_field(row, field) -> int:
+    return np.int64(row[field])
+
+
+@njit(cache=True)
+def bits(dtype_code) -> int:
+    """Bits per element of a DataType code (the last type's for a code out of range)."""
+    return _BITS[min(max(dtype_code, 0), len(_BITS) - 1)]
+
+
+@njit(cache=True)
+def dtype_bytes(dtype_code) -> float:
+    """Bytes per element (0.5 for 4-bit types)."""
+    return bits(dtype_code) / 8.0
+
+
+@njit(cache=True)
+def _nbytes(elements, n_bits):
+    return (elements * n_bits + 7) // 8
+
+
+# -- sanitizer ------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def fixup_row(s) -> None:
+    """`layer_fixups` of one row, in place."""
+    dev, op = int_field(s, F.device), int_field(s, F.operation)
+    if op == _AVEPOOL and dev < _V50:
+        s[F.operation] = _DW
+    if dev >= _V27 and op == _CONV and 1 <= int_field(s, F.in_c) < 16 and int_field(s, F.input_autopad) != 1:
+        s[F.operation] = _CM
+    if dev == _V20 or dev >= _V50:
+        s[F.in_swizzling0] = s[F.in_swizzling1] = s[F.out_swizzling0] = 0
+
+
+@njit(cache=True)
+def sanitize_row(row, s) -> None:
+    """`sanitize` of one row: writes the sanitized `row` into `s` (a copy of it)."""
+    fixup_row(s)
+    dev, op = int_field(row, F.device), int_field(s, F.operation)
+    if member(op, (_ELT, _DW, _MAXPOOL, _AVEPOOL)) and int_field(row, F.out_c) >= 16 \
+            and int_field(row, F.output_autopad) != 1 and int_field(row, F.in_c) != int_field(row, F.out_c):
+        s[F.in_c] = s[F.out_c]
+    for col in (F.in_dtype, F.out_dtype):
+        code = int_field(row, col)
+        if 0 <= code < len(_RESTRICT):
+            s[col] = _RESTRICT[code]
+    for col in (F.in_layout, F.out_layout):
+        lay = int_field(row, col)
+        if dev == _V20 and lay == _LAYOUT.ZXY:
+            s[col] = _LAYOUT.ZMAJOR
+        elif dev == _V20 and lay == _LAYOUT.XYZ:
+            s[col] = _LAYOUT.CMAJOR
+        elif dev >= _V27 and lay == _LAYOUT.ZMAJOR:
+            s[col] = _LAYOUT.ZXY
+        elif dev >= _V27 and lay == _LAYOUT.CMAJOR:
+            s[col] = _LAYOUT.XYZ
+
+
+@njit(cache=True)
+def sanitize_rows(m, s):
+    """`sanitize` of every row of `m` into `s` (a copy of `m`); returns `s`."""
+    for i in range(len(m)):
+        sanitize_row(m[i], s[i])
+    return s
+
+
+@njit(cache=True)
+def _fixup_rows(s):
+    for i in range(len(s)):
+        fixup_row(s[i])
+    return s
+
+
+# -- weights and CMX footprint --------------------------------------------------------------------------------
+
+@njit(cache=True)
+def weight_dtype(row) -> int:
+    """Dtype code of the weights: the optional `weight_type` where set, else the input dtype."""
+    wt = int_field(row, F.weight_type)
+    return wt if wt >= 0 else int_field(row, F.in_dtype)
+
+
+@njit(cache=True)
+def weight_channels(row, rules) -> int:
+    """Channel count (samples per output channel) of the weights tensor [1, 1, Cw, C_out]; 0 for ELTWISE/MAXPOOL.
+
+    VPU 2.7 aligns to 16 samples (§3.4, CM_CONV 8 for 16-bit weights). VPU 4.0 aligns CONV and DW to 32 samples
+    for 8-bit weights (16 with weight sparsity or 16-bit weights, npu45-notes §4.1). VPU 2.0 and NPU 5.0 do not
+    align (they align the bytes instead, `_weight_mask_bytes`). `rules` is the device code whose rule applies (the
+    row's own device; interface 11 always uses 2.7's, interface 4011 4.0's).
+    """
+    op = int_field(row, F.operation)
+    kk = int_field(row, F.k_w) * int_field(row, F.k_h)
+    c_kk = int_field(row, F.in_c) * kk
+    wide = bits(weight_dtype(row)) >= 16
+    narrow_40 = rules == _V40 and not wide
+    dw = op == _DW or (op == _AVEPOOL and rules < _V50)
+    conv = op == _CONV or op == _LNORM
+    if rules == _V20 or rules == _V50:
+        return c_kk if conv or op == _CM else (kk if dw else 0)
+    if conv:
+        return _align(c_kk, 32 if narrow_40 and int_field(row, F.weight_sparsity_enabled) == 0 else 16)
+    if dw:
+        return _align(kk, 32 if narrow_40 else 16)
+    if op == _CM:
+        return _align(c_kk, 8 if wide else 16)
+    return 0
+
+
+@njit(cache=True)
+def _has_weights(op, dev) -> bool:
+    return member(op, (_CONV, _DW, _CM, _LNORM)) or (op == _AVEPOOL and dev < _V50)
+
+
+@njit(cache=True)
+def _weight_mask_bytes(row) -> int:
+    """Bytes of the weights of one output channel (CONV, DW, CM_CONV, LAYER_NORM; 0 otherwise), without the weight
+    table.
+
+    VPU 2.7 and 4.0 count the aligned sample count of `weight_channels` times the weights dtype size; VPU 2.0 and
+    NPU 5.0 have no sample alignment and round the byte count up to 16 instead.
+    """
+    dev = int_field(row, F.device)
+    if not _has_weights(int_field(row, F.operation), dev):
+        return 0
+    nbytes = _nbytes(weight_channels(row, dev), bits(weight_dtype(row)))
+    return _align(nbytes, 16) if dev == _V20 or dev == _V50 else nbytes
+
+
+@njit(cache=True)
+def _elementwise(row) -> bool:
+    op = int_field(row, F.operation)
+    return op == _ELT or op == _ELT_MUL
+
+
+@njit(cache=True)
+def _same_footprint(row) -> bool:
+    """Input0 and output0 have the same layout and the same dtype size (the runtime's in-place precondition)."""
+    return int_field(row, F.in_layout) == int_field(row, F.out_layout) \
+        and bits(int_field(row, F.in_dtype)) == bits(int_field(row, F.out_dtype))
+
+
+@njit(cache=True)
+def in_place_output(row) -> bool:
+    """ELTWISE / ELTWISE_MUL writing its output over input0: the optional flag, else `_same_footprint`."""
+    flag = int_field(row, F.in_place_output)
+    return _elementwise(row) and (flag == 1 if flag >= 0 else _same_footprint(row))
+
+
+@njit(cache=True)
+def weightless(row) -> bool:
+    """ELTWISE / ELTWISE_MUL without a second operand in CMX: the optional flag, else not `_same_footprint`."""
+    flag = int_field(row, F.weightless)
+    return _elementwise(row) and (flag == 1 if flag >= 0 else not _same_footprint(row))
+
+
+@njit(cache=True)
+def _tensor_bytes(w, h, c, b, layout, n_bits, align) -> int:
+    """Bytes of a [W, H, C, B] tensor: its innermost dimension (per layout) in bytes, aligned, times the rest."""
+    inner = _INNERMOST[min(max(layout, 0), len(_INNERMOST) - 1)]
+    if inner == 0:
+        n_inner, rest = w, h * c
+    elif inner == 1:
+        n_inner, rest = h, w * c
     else:
-        sok = split_c = split_h = split_w = np.zeros(n, bool)
-    scale = (lambda split: np.where(split, n_tiles, 1)) if layer else (lambda split: 1)  # noqa: E731
-    scale_c = scale(split_c)
+        n_inner, rest = c, w * h
+    return _align(_nbytes(n_inner, n_bits), align) * (rest * b)
+
+
+@njit(cache=True)
+def _cmx_terms(row):
+    """Input0, weights, output memory (bytes before page rounding) and page size of one workload."""
+    return _cmx_npu(row) if int_field(row, F.device) >= _V40 else _cmx_2x(row)
+
+
+@njit(cache=True)
+def _cmx_2x(row):
+    op, dev = int_field(row, F.operation), int_field(row, F.device)
+    n_in = int_field(row, F.in_w) * int_field(row, F.in_h) * int_field(row, F.in_c) * int_field(row, F.in_b)
+    in0 = _nbytes(n_in, bits(int_field(row, F.in_dtype)))
+    if int_field(row, F.in_sparsity_enabled) != 0:
+        in0 += _align(-(-n_in // 8), 16)
+    out0 = _nbytes(int_field(row, F.mem_w) * int_field(row, F.mem_h) * int_field(row, F.mem_c)
+                   * int_field(row, F.out_b),
+                   bits(int_field(row, F.out_dtype)))
+    if op == _ELT and int_field(row, F.in_layout) == int_field(row, F.out_layout) and out0 == in0:
+        out0 = 0
+    c_out = int_field(row, F.out_c)
+    wbytes = _weight_mask_bytes(row) * c_out
+    if int_field(row, F.weight_sparsity_enabled) != 0:
+        wbytes = np.int64(np.ceil(wbytes * (1.0 - row[F.weight_sparsity]))) \
+            + c_out * _align(-(-weight_channels(row, dev) // 8), 16)
+    if _has_weights(op, dev):
+        in1 = wbytes + 16 * c_out
+    else:
+        in1 = in0 if op == _ELT else 0
+    return in0, in1, out0, PAGE
+
+
+@njit(cache=True)
+def _cmx_npu(row):
+    """npu45-notes §5.2."""
+    op, dev = int_field(row, F.operation), int_field(row, F.device)
+    v50 = dev == _V50
+    w, h, c, b = int_field(row, F.in_w), int_field(row, F.in_h), int_field(row, F.in_c), int_field(row, F.in_b)
+    in_layout = int_field(row, F.in_layout)
+    in0 = _tensor_bytes(w, h, c, b, in_layout, bits(int_field(row, F.in_dtype)), 1)
+    if int_field(row, F.in_sparsity_enabled) != 0:
+        c_map = (4 if c < 5 else 16) if op == _CM else c
+        in0 += _align(w * h * c_map * b // 8, 16)
+    c_out, w_bits = int_field(row, F.out_c), bits(weight_dtype(row))
+    # 4.0 sizes the weight masks in input0's layout: with W or H innermost, a mask is a single element
+    z_inner = _INNERMOST[min(max(in_layout, 0), len(_INNERMOST) - 1)] == 2
+    wbytes = (_weight_mask_bytes(row) if v50 or z_inner else _nbytes(1, w_bits)) * c_out
+    if int_field(row, F.weight_sparsity_enabled) != 0:
+        skipped = np.floor(np.float32(wbytes) * np.float32(row[F.weight_sparsity]))
+        wbytes = wbytes - np.int64(skipped) + c_out * _align(weight_channels(row, dev) // 8, 16)
+    if _has_weights(op, dev):
+        in1 = wbytes + 16 * c_out
+    elif _elementwise(row) and not weightless(row):
+        # the second ELTWISE operand: a [H, C, W, B] permutation of input0 on 4.0, in the weights dtype
+        in1 = _tensor_bytes(w, h, c, b, in_layout, w_bits, 1) if v50 else \
+            _tensor_bytes(h, c, w, b, in_layout, w_bits, 1)
+    else:
+        in1 = 0
+    out0 = 0
+    if not in_place_output(row):
+        out0 = _tensor_bytes(int_field(row, F.mem_w), int_field(row, F.mem_h), int_field(row, F.mem_c),
+                             int_field(row, F.out_b),
+                             int_field(row, F.out_layout), bits(int_field(row, F.out_dtype)),
+                             16 if v50 and int_field(row, F.superdense) != 1 else 1)
+    return in0, in1, out0, (32 if v50 else PAGE)
+
+
+@njit(cache=True)
+def cmx_required_row(row) -> int:
+    in0, in1, out0, page = _cmx_terms(row)
+    return _align(in0, page) + _align(in1, page) + _align(out0, page)
+
+
+@njit(cache=True)
+def _cmx_rows(m, weights_only):
+    out = np.empty(len(m), dtype=np.int64)
+    for i in range(len(m)):
+        out[i] = _cmx_terms(m[i])[1] if weights_only else cmx_required_row(m[i])
+    return out
+
+
+# -- validity -------------------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _out_size(size_in, pad_a, pad_b, k, s):
+    """(in + pads - k) / s + 1 with C's truncating division."""
+    num = size_in + pad_a + pad_b - k
+    return np.sign(num) * (abs(num) // max(s, 1)) + 1
+
+
+@njit(cache=True)
+def _mult16(c, hi) -> bool:
+    return c % 16 == 0 and 16 <= c <= hi
+
+
+@njit(cache=True)
+def check_row(row, context, strategy, n_tiles) -> int:
+    """`check` of one row: error code, 0 if valid. `strategy` and `n_tiles` count in the "layer" context only."""
+    dev, op = int_field(row, F.device), int_field(row, F.operation)
+    if dev != _V20 and dev != _V27 and dev != _V40 and dev != _V50:
+        return ERROR_INVALID_INPUT_DEVICE
+    if not (member(op, (_CONV, _DW, _ELT, _MAXPOOL, _CM)) or (dev == _V50 and member(op, (_ELT_MUL, _LNORM,
+                                                                                            _AVEPOOL)))):
+        return ERROR_INVALID_INPUT_OPERATION
+    layer = context == _LAYER
+    if not layer and cmx_required_row(row) > _CMX_BY_DEVICE[dev]:
+        return ERROR_INPUT_TOO_BIG
+    if _valid(row, context, strategy, n_tiles):
+        return 0
+    return ERROR_INVALID_LAYER_CONFIGURATION if layer else ERROR_INVALID_INPUT_CONFIGURATION
+
+
+@njit(cache=True)
+def _valid(row, context, strategy, n_tiles) -> bool:
+    """The configuration rules of one row of a known device and operation."""
+    dev, op = int_field(row, F.device), int_field(row, F.operation)
+    v20, v50 = dev == _V20, dev == _V50
+    npu = dev == _V40 or v50
+    layer = context == _LAYER
+    split_c = layer and member(strategy, _SPLIT_C)
+    split_h = layer and member(strategy, _SPLIT_H)
+    split_w = layer and member(strategy, _SPLIT_W)
+    scale_c = n_tiles if split_c else 1
     is_elt = op == _ELT
-    ok = np.ones(n, bool)
 
-    owt, isi = a[:, F.output_write_tiles], a[:, F.isi_strategy]
-    ok &= np.where(v20, owt == 1, _in_range(owt, 1, np.where(npu, 8, 2)))
-    if layer:
-        ok &= np.where(v20, isi == _ISI.CLUSTERING, _in_range(isi, 0, 2) & ~(v50 & (isi == _ISI.SPLIT_OVER_H)))
-    else:  # SPLIT_OVER_H is gone on 5.0
-        ok &= np.where(v20, isi == _ISI.CLUSTERING,
-                       (isi == _ISI.CLUSTERING) | ((isi == _ISI.SPLIT_OVER_H) & ~v50)
-                       | ((isi == _ISI.SPLIT_OVER_K) & (owt > 1)))
+    owt, isi = int_field(row, F.output_write_tiles), int_field(row, F.isi_strategy)
+    if not (owt == 1 if v20 else _in_range(owt, 1, 8 if npu else 2)):
+        return False
+    if v20:
+        if isi != _ISI.CLUSTERING:
+            return False
+    elif layer:
+        if not _in_range(isi, 0, 2) or (v50 and isi == _ISI.SPLIT_OVER_H):
+            return False
+    elif not (isi == _ISI.CLUSTERING or (isi == _ISI.SPLIT_OVER_H and not v50)
+              or (isi == _ISI.SPLIT_OVER_K and owt > 1)):  # SPLIT_OVER_H is gone on 5.0
+        return False
 
-    kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
-    pt, pb, pl, pr = a[:, F.pad_top], a[:, F.pad_bottom], a[:, F.pad_left], a[:, F.pad_right]
-    max_k = np.where(is_elt, 1, MAX_KERNEL)
-    ok &= _in_range(kw, 1, max_k) & _in_range(kh, 1, max_k)
-    ok &= _in_range(pt, 0, kh // 2) & _in_range(pb, 0, kh // 2) & _in_range(pl, 0, kw // 2) & _in_range(pr, 0, kw // 2)
-    max_s = np.where(is_elt, 1, MAX_STRIDE)
-    win, hin, wout, hout = a[:, F.in_w], a[:, F.in_h], a[:, F.out_w], a[:, F.out_h]
+    kw, kh, sw, sh = int_field(row, F.k_w), int_field(row, F.k_h), int_field(row, F.s_w), int_field(row, F.s_h)
+    pt, pb = int_field(row, F.pad_top), int_field(row, F.pad_bottom)
+    pl, pr = int_field(row, F.pad_left), int_field(row, F.pad_right)
+    max_k = 1 if is_elt else MAX_KERNEL
+    if not (_in_range(kw, 1, max_k) and _in_range(kh, 1, max_k)):
+        return False
+    if not (_in_range(pt, 0, kh // 2) and _in_range(pb, 0, kh // 2) and _in_range(pl, 0, kw // 2)
+            and _in_range(pr, 0, kw // 2)):
+        return False
+    max_s = 1 if is_elt else MAX_STRIDE
+    win, hin = int_field(row, F.in_w), int_field(row, F.in_h)
+    wout, hout = int_field(row, F.out_w), int_field(row, F.out_h)
     if layer:
-        ok &= _in_range(sw, 1, np.minimum(max_s, win + pl + pr)) & _in_range(sh, 1, np.minimum(max_s, hin + pt + pb))
-    else:
-        ok &= _in_range(sw, 1, max_s) & _in_range(sh, 1, max_s)
+        if not (_in_range(sw, 1, min(max_s, win + pl + pr)) and _in_range(sh, 1, min(max_s, hin + pt + pb))):
+            return False
+    elif not (_in_range(sw, 1, max_s) and _in_range(sh, 1, max_s)):
+        return False
 
     # a layer split along W / H needs one more input column / row and may be nTiles times as large there
-    ok &= _in_range(win, np.maximum(1, kw - (pl + pr) + split_w), MAX_DIM * scale(split_w))
-    ok &= _in_range(hin, np.maximum(1, kh - (pt + pb) + split_h), MAX_DIM * scale(split_h))
-    ok &= wout == _out_size(win, pl, pr, kw, sw)
+    if not (_in_range(win, max(1, kw - (pl + pr) + split_w), MAX_DIM * (n_tiles if split_w else 1))
+            and _in_range(hin, max(1, kh - (pt + pb) + split_h), MAX_DIM * (n_tiles if split_h else 1))):
+        return False
+    if wout != _out_size(win, pl, pr, kw, sw):
+        return False
     h_formula = _out_size(hin, pt, pb, kh, sh)
     if layer:
-        ok &= (hout == h_formula) & (~split_h | (hout > 1)) & (~split_w | (wout > 1))
+        if hout != h_formula or (split_h and hout <= 1) or (split_w and wout <= 1):
+            return False
     else:
-        h_ext = hin + kh * (pt == 0) + kh * (pb == 0)
-        h_hi = np.where(isi == _ISI.SPLIT_OVER_H, _out_size(h_ext, pt, pb, kh, sh), h_formula)
-        ok &= _in_range(hout, h_formula, h_hi)
-    ok &= (a[:, F.out_b] == a[:, F.in_b]) & (a[:, F.in_b] >= 1) & (~v50 | (a[:, F.in_b] == 1))
+        h_hi = h_formula
+        if isi == _ISI.SPLIT_OVER_H:
+            h_hi = _out_size(hin + kh * (pt == 0) + kh * (pb == 0), pt, pb, kh, sh)
+        if not _in_range(hout, h_formula, h_hi):
+            return False
+    in_b = int_field(row, F.in_b)
+    if not (int_field(row, F.out_b) == in_b and in_b >= 1 and (not v50 or in_b == 1)):
+        return False
 
-    cin, cout = a[:, F.in_c], a[:, F.out_c]
-    in_pad, out_pad = a[:, F.input_autopad] == 1, v50 & (a[:, F.output_autopad] == 1)
-    mult16 = lambda c, hi: (c % 16 == 0) & _in_range(c, 16, hi)  # noqa: E731
-    ok &= mult16(cout, MAX_DIM * scale_c) | (out_pad & _in_range(cout, 1, 15))
-    if layer:
-        ok &= ~sok | (cout >= 32)
-    dw_like = _member(op, (_DW, _MAXPOOL, _AVEPOOL))
-    if context == "workload":
-        dw_ok = np.where(v20, mult16(cin, MAX_DIM), _member(cin, (16, 32, 64)))
-        cm_hi = np.where(npu, 15, 16)
+    cin, cout = int_field(row, F.in_c), int_field(row, F.out_c)
+    in_pad, out_pad = int_field(row, F.input_autopad) == 1, v50 and int_field(row, F.output_autopad) == 1
+    if not (_mult16(cout, MAX_DIM * scale_c) or (out_pad and _in_range(cout, 1, 15))):
+        return False
+    if layer and strategy == _TILING.SOK and cout < 32:
+        return False
+    dw_like = member(op, (_DW, _MAXPOOL, _AVEPOOL))
+    if context == _WORKLOAD:
+        dw_ok = _mult16(cin, MAX_DIM) if v20 else member(cin, (16, 32, 64))
+        cm_hi = 15 if npu else 16
     else:
-        dw_ok = mult16(cin, MAX_DIM * scale_c)
-        cm_hi = np.where(v20, 16, 15)
+        dw_ok = _mult16(cin, MAX_DIM * scale_c)
+        cm_hi = 16 if v20 else 15
     # 5.0 with input autopad: CONV / CM_CONV also take 1..15 channels of 8-bit input, 1..9 of 16-bit input
-    in_bits = _bits(a[:, F.in_dtype])
-    pad_hi = np.where(_member(a[:, F.in_dtype], _VALID_DTYPES + _FP8), np.where(in_bits == 16, 9, 15), 0)
-    padded_cin = v50 & in_pad & ((op == _CONV) | (op == _CM)) & _in_range(cin, 1, pad_hi)
-    cin_ok = np.select([_member(op, (_CONV, _ELT, _ELT_MUL, _LNORM)), dw_like, op == _CM],
-                       [mult16(cin, MAX_DIM * scale_c), dw_ok, _in_range(cin, 1, cm_hi)], False) | padded_cin
-    same_c = dw_like | is_elt | (op == _ELT_MUL)
-    ok &= cin_ok & (~same_c | (cin == cout) | out_pad)
+    in_dt = int_field(row, F.in_dtype)
+    pad_hi = (9 if bits(in_dt) == 16 else 15) if member(in_dt, _VALID_DTYPES_50) else 0
+    if member(op, (_CONV, _ELT, _ELT_MUL, _LNORM)):
+        cin_ok = _mult16(cin, MAX_DIM * scale_c)
+    elif dw_like:
+        cin_ok = dw_ok
+    else:
+        cin_ok = op == _CM and _in_range(cin, 1, cm_hi)
+    cin_ok = cin_ok or (v50 and in_pad and (op == _CONV or op == _CM) and _in_range(cin, 1, pad_hi))
+    same_c = dw_like or is_elt or op == _ELT_MUL
+    if not (cin_ok and (not same_c or cin == cout or out_pad)):
+        return False
 
-    in_dt, out_dt, wt_dt = a[:, F.in_dtype], a[:, F.out_dtype], weight_dtype(a)
-    ok &= np.select([v40, v50], [_member(in_dt, _VALID_DTYPES), _member(in_dt, _VALID_DTYPES + _FP8)],
-                    _member(in_dt, _VALID_DTYPES))
-    ok &= np.select([v40, v50], [_member(out_dt, _VALID_OUT_DTYPES_40),
-                                 _member(out_dt, _VALID_OUT_DTYPES_40 + _FP8 + (_DTYPE.INT32,))],
-                    _member(out_dt, _VALID_DTYPES))
-    ok &= np.select([v40, v50], [_member(wt_dt, _VALID_WT_DTYPES_40),
-                                 _member(wt_dt, _VALID_WT_DTYPES_40 + _FP8 + (_DTYPE.INT2, _DTYPE.UINT2))], True)
-    for col in (F.in_layout, F.out_layout):
-        ok &= np.where(v20, _member(a[:, col], (_LAYOUT.ZMAJOR, _LAYOUT.CMAJOR)), _member(a[:, col], _PERMUTED_LAYOUTS))
-    if context == "workload":
-        mode = a[:, F.execution_mode]
-        ok &= np.where(v20, _member(mode, DEVICES[_V20].execution_modes),
-                       _member(mode, DEVICES[_V27].execution_modes))
+    out_dt, wt_dt = int_field(row, F.out_dtype), weight_dtype(row)
+    if dev == _V40:
+        dtypes_ok = member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_OUT_DTYPES_40) \
+            and member(wt_dt, _VALID_WT_DTYPES_40)
+    elif v50:
+        dtypes_ok = member(in_dt, _VALID_DTYPES_50) and member(out_dt, _VALID_OUT_DTYPES_50) \
+            and member(wt_dt, _VALID_WT_DTYPES_50)
+    else:
+        dtypes_ok = member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_DTYPES)
+    if not dtypes_ok:
+        return False
+    layouts = _LAYOUTS_20 if v20 else _PERMUTED_LAYOUTS
+    if not (member(int_field(row, F.in_layout), layouts) and member(int_field(row, F.out_layout), layouts)):
+        return False
+    if context == _WORKLOAD:
+        mode = int_field(row, F.execution_mode)
+        if not member(mode, _MODES_20 if v20 else _MODES_27):
+            return False
         # 5.0 restricts the mode per operation
-        ok &= ~v50 | np.select([dw_like, is_elt | (op == _ELT_MUL)],
-                               [mode == _MODE.CUBOID_16x16, mode == _MODE.CUBOID_8x16], True)
+        if v50 and ((dw_like and mode != _MODE.CUBOID_16x16)
+                    or ((is_elt or op == _ELT_MUL) and mode != _MODE.CUBOID_8x16)):
+            return False
 
-    act_sp, w_sp = m[:, F.act_sparsity], m[:, F.weight_sparsity]
-    in_en, w_en = a[:, F.in_sparsity_enabled] != 0, a[:, F.weight_sparsity_enabled] != 0
-    ok &= _in_range(act_sp, 0.0, 1.0) & _in_range(w_sp, 0.0, 1.0)
-    ok &= ~in_en | (act_sp >= 0.01)
-    conv_elt = _member(op, (_CONV, _ELT, _ELT_MUL, _LNORM))
-    ok &= np.where(conv_elt, (in_en | (act_sp == 0)) & (w_en | (w_sp == 0)),
-                   ~in_en & ~w_en & (act_sp == 0) & (w_sp == 0))
+    act_sp, w_sp = row[F.act_sparsity], row[F.weight_sparsity]
+    in_en, w_en = int_field(row, F.in_sparsity_enabled) != 0, int_field(row, F.weight_sparsity_enabled) != 0
+    if not (_in_range(act_sp, 0.0, 1.0) and _in_range(w_sp, 0.0, 1.0)) or (in_en and act_sp < 0.01):
+        return False
+    if member(op, (_CONV, _ELT, _ELT_MUL, _LNORM)):
+        return (in_en or act_sp == 0) and (w_en or w_sp == 0)
+    return not in_en and not w_en and act_sp == 0 and w_sp == 0
 
-    known_op = _member(op, (_CONV, _DW, _ELT, _MAXPOOL, _CM)) | (v50 & _member(op, (_ELT_MUL, _LNORM, _AVEPOOL)))
-    code = np.where(ok, 0, ERROR_INVALID_LAYER_CONFIGURATION if layer else ERROR_INVALID_INPUT_CONFIGURATION)
-    if not layer:
-        cmx = _CMX_BY_DEVICE[np.clip(dev, 0, len(_CMX_BY_DEVICE) - 1)]
-        code = np.where(cmx_required(m) > cmx, ERROR_INPUT_TOO_BIG, code)
-    code = np.where(known_op, code, ERROR_INVALID_INPUT_OPERATION)
-    return np.where(v20 | v27 | npu, code, ERROR_INVALID_INPUT_DEVICE).astype(np.int64)
 
+@njit(cache=True)
+def check_rows(m, context, strategy, n_tiles):
+    """`check` of every row (`strategy` and `n_tiles`: one per row)."""
+    out = np.empty(len(m), dtype=np.int64)
+    for i in range(len(m)):
+        out[i] = check_row(m[i], context, strategy[i], n_tiles[i])
+    return out

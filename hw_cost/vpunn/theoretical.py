@@ -1,56 +1,27 @@
-"""Theoretical DPU cycles ("hw_theoretical_cycles", vpunn-reference.md §4.3, npu45-notes §7), vectorised.
+"""Theoretical DPU cycles ("hw_theoretical_cycles", vpunn-reference.md §4.3, npu45-notes §7), compiled with numba
+(one row at a time, as sanitizer.py).
 
 The runtime falls back to these when the NN output is out of range, and uses them when no NN is loaded.
 """
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .devices import DEVICES
 from .enums import DataType, ExecutionMode, Operation, VPUDevice, int_codes
-from .sanitizer import dtype_bytes
+from .sanitizer import as_matrix, dtype_bytes, int_field, member
 from .workload import F
 
-__all__ = ["theoretical_cycles", "padding_taps"]
+__all__ = ["theoretical_cycles"]
 
 _DTYPE = int_codes(DataType)
 _MODE = int_codes(ExecutionMode)
 _OP = int_codes(Operation)
 
-def _zeros(first, step, k):
-    """Zero taps of one border: first + (first - step) + ... while positive (k: the step numbers 0, 1, ...)."""
-    return np.clip(first[:, None] - k * step[:, None], 0, None).sum(axis=1)
-
-
-def _corner(v_first, v_step, h_first, h_step, k):
-    """Taps counted twice at one corner: sum of (v - k*v_step) * (h - k*h_step) while both stay positive."""
-    v = v_first[:, None] - k * v_step[:, None]
-    h = h_first[:, None] - k * h_step[:, None]
-    return np.where((v > 0) & (h > 0), v * h, 0).sum(axis=1)
-
-
-def padding_taps(a: np.ndarray) -> np.ndarray:
-    """Kernel taps that read zero padding, summed over the output plane, as the runtime estimates them.
-
-    Each border's zero count (the pad, minus one stride per output row/column, while positive) is multiplied by
-    the kernel extent along the border and by ceil(in / stride) positions; a bottom/right pad first loses
-    `in % stride`. The four corners, counted by both borders, are subtracted once.
-    """
-    kw, kh, sw, sh = a[:, F.k_w], a[:, F.k_h], a[:, F.s_w], a[:, F.s_h]
-    pt, pl = a[:, F.pad_top], a[:, F.pad_left]
-    pb, pr = a[:, F.pad_bottom] - a[:, F.in_h] % sh, a[:, F.pad_right] - a[:, F.in_w] % sw
-    cols, rows = -(-a[:, F.in_w] // sw), -(-a[:, F.in_h] // sh)
-    k = np.arange(max(1, int(a[:, [F.pad_top, F.pad_bottom, F.pad_left, F.pad_right]].max(initial=0)) + 1))[None, :]
-    vertical = (_zeros(pt, sh, k) + _zeros(pb, sh, k)) * kw * cols
-    horizontal = (_zeros(pl, sw, k) + _zeros(pr, sw, k)) * kh * rows
-    corners = sum(_corner(v, sh, h, sw, k) for v in (pt, pb) for h in (pl, pr))
-    return vertical + horizontal - corners
-
-
-_CMX_GRID = {_MODE.CUBOID_4x16: (8, 8, 256), _MODE.CUBOID_8x16: (16, 8, 128),
-             _MODE.CUBOID_16x16: (16, 16, 64)}
-
-
+# CMX read grid (x, y, z) per execution mode; a non-cuboid mode reads with a 1x1x1 grid
+_CMX_GRID = np.ones((len(ExecutionMode), 3), dtype=np.int64)
+_CMX_GRID[[_MODE.CUBOID_4x16, _MODE.CUBOID_8x16, _MODE.CUBOID_16x16]] = [(8, 8, 256), (16, 8, 128), (16, 16, 64)]
 # device constants indexed by device code; a device without constants gets VPU 2.0's
 _CONFIGS = [DEVICES.get(d, DEVICES[VPUDevice.VPU_2_0]) for d in VPUDevice]
 _PPE, _MACS, _ICPM, _FP_RATIO, _PORT_BYTES = (
@@ -59,7 +30,7 @@ _PPE, _MACS, _ICPM, _FP_RATIO, _PORT_BYTES = (
                    lambda c: c.fp16_ratio, lambda c: c.cmx_word_bytes * c.cmx_read_ports))
 _CMX_RATIO = np.array([c.cmx_mhz / c.dpu_mhz for c in _CONFIGS])
 #: devices whose theoretical cycles are bounded by the CMX reads
-_CMX_BOUND = [d for d in DEVICES if d != VPUDevice.VPU_2_0]
+_CMX_BOUND = tuple(int(d) for d in DEVICES if d != VPUDevice.VPU_2_0)
 _FLOAT_INPUTS = (_DTYPE.FLOAT16, _DTYPE.BFLOAT16, _DTYPE.FLOAT32)
 
 
@@ -70,30 +41,88 @@ def theoretical_cycles(m: np.ndarray, wrap: bool = True) -> np.ndarray:
     the ceil division (npu45-notes §7), which is reproduced here. `wrap=False` (the network cost model's rule)
     counts no skipped MACs there instead, so the estimate stays the size of the work.
     """
-    a = np.asfortranarray(m, dtype=np.int64)
-    dev, op = np.clip(a[:, F.device], 0, len(VPUDevice) - 1), a[:, F.operation]
-    kk = a[:, F.k_w] * a[:, F.k_h]
-    base = kk * a[:, F.out_w] * a[:, F.out_h] * a[:, F.out_c] * a[:, F.out_b]
-    lanes = _PPE[dev] // np.where(a[:, F.output_write_tiles] > 1, 2, 1)
-    in_elems = a[:, F.in_w] * a[:, F.in_h] * a[:, F.in_c] * a[:, F.in_b]
-    base = np.where(op == _OP.ELTWISE, -(-in_elems // lanes), base)
-    conv = (op == _OP.CONVOLUTION) | (op == _OP.CM_CONVOLUTION)
-    skipped = padding_taps(a) * a[:, F.in_c] * a[:, F.out_c]
-    if not wrap:
-        skipped = np.where(skipped > base * a[:, F.in_c], 0, skipped)
-    base = np.where(conv, base * a[:, F.in_c] - skipped, base)
-    macs = np.where(conv, _MACS[dev], _MACS[dev] // _ICPM[dev]).astype(np.uint64)
-    cycles = (base.astype(np.uint64) + (macs - np.uint64(1))) // macs  # C's unsigned (a + b - 1) / b
-    fp = np.isin(a[:, F.in_dtype], _FLOAT_INPUTS)
-    cycles = np.where(fp, cycles * _FP_RATIO[dev].astype(np.uint64), cycles).astype(np.int64)
-    cmx_bound = np.isin(a[:, F.device], _CMX_BOUND)
-    if cmx_bound.any():
-        mode = a[:, F.execution_mode]
-        gx, gy, gz = (np.select([mode == k for k in _CMX_GRID], [g[i] for g in _CMX_GRID.values()], 1)
-                      for i in range(3))  # a non-cuboid mode reads with a 1x1x1 grid
-        per = a[:, F.in_c] * kk * dtype_bytes(a[:, F.in_dtype])
-        act = -(-a[:, F.out_c] // gz) * a[:, F.out_h] * a[:, F.out_w] * per
-        wt = -(-a[:, F.out_h] // gy) * -(-a[:, F.out_w] // gx) * a[:, F.out_c] * per
-        reads = np.ceil((act + wt) / _PORT_BYTES[dev] * _CMX_RATIO[dev]).astype(np.int64)
-        cycles = np.where(cmx_bound, np.maximum(cycles, reads), cycles)
+    return _theoretical_rows(as_matrix(m), bool(wrap))
+
+
+@njit(cache=True)
+def _border_zeros(first, step, n):
+    """Zero taps of one border: first + (first - step) + ... while positive, over n steps."""
+    total = 0
+    for k in range(n):
+        total += max(first - k * step, 0)
+    return total
+
+
+@njit(cache=True)
+def _corner(v_first, v_step, h_first, h_step, n):
+    """Taps counted twice at one corner: sum of (v - k*v_step) * (h - k*h_step) while both stay positive."""
+    total = 0
+    for k in range(n):
+        v, h = v_first - k * v_step, h_first - k * h_step
+        if v > 0 and h > 0:
+            total += v * h
+    return total
+
+
+@njit(cache=True)
+def _padding_taps(row):
+    """Kernel taps that read zero padding, summed over the output plane, as the runtime estimates them.
+
+    Each border's zero count (the pad, minus one stride per output row/column, while positive) is multiplied by
+    the kernel extent along the border and by ceil(in / stride) positions; a bottom/right pad first loses
+    `in % stride`. The four corners, counted by both borders, are subtracted once.
+    """
+    kw, kh = int_field(row, F.k_w), int_field(row, F.k_h)
+    sw, sh = int_field(row, F.s_w), int_field(row, F.s_h)
+    in_w, in_h = int_field(row, F.in_w), int_field(row, F.in_h)
+    pt, pl = int_field(row, F.pad_top), int_field(row, F.pad_left)
+    pb_raw, pr_raw = int_field(row, F.pad_bottom), int_field(row, F.pad_right)
+    pb, pr = pb_raw - in_h % sh, pr_raw - in_w % sw
+    cols, rows = -(-in_w // sw), -(-in_h // sh)
+    n = max(pt, pb_raw, pl, pr_raw, 0) + 1
+    vertical = (_border_zeros(pt, sh, n) + _border_zeros(pb, sh, n)) * kw * cols
+    horizontal = (_border_zeros(pl, sw, n) + _border_zeros(pr, sw, n)) * kh * rows
+    corners = _corner(pt, sh, pl, sw, n) + _corner(pt, sh, pr, sw, n) + _corner(pb, sh, pl, sw, n) \
+        + _corner(pb, sh, pr, sw, n)
+    return vertical + horizontal - corners
+
+
+@njit(cache=True)
+def theoretical_row(row, wrap) -> int:
+    """`theoretical_cycles` of one sanitized workload."""
+    raw_dev, op = int_field(row, F.device), int_field(row, F.operation)
+    dev = min(max(raw_dev, 0), len(_PPE) - 1)
+    kk = int_field(row, F.k_w) * int_field(row, F.k_h)
+    in_c, out_c = int_field(row, F.in_c), int_field(row, F.out_c)
+    base = kk * int_field(row, F.out_w) * int_field(row, F.out_h) * out_c * int_field(row, F.out_b)
+    if op == _OP.ELTWISE:
+        lanes = _PPE[dev] // (2 if int_field(row, F.output_write_tiles) > 1 else 1)
+        base = -(-(int_field(row, F.in_w) * int_field(row, F.in_h) * in_c * int_field(row, F.in_b)) // lanes)
+    conv = op == _OP.CONVOLUTION or op == _OP.CM_CONVOLUTION
+    macs = _MACS[dev] // (1 if conv else _ICPM[dev])
+    if conv:
+        skipped = _padding_taps(row) * in_c * out_c
+        if not wrap and skipped > base * in_c:
+            skipped = 0
+        base = base * in_c - skipped
+    ceil_div = (np.uint64(base) + (np.uint64(macs) - np.uint64(1))) // np.uint64(macs)  # C's unsigned division
+    in_dtype = int_field(row, F.in_dtype)
+    fp = member(in_dtype, _FLOAT_INPUTS)
+    cycles = np.int64(ceil_div * np.uint64(_FP_RATIO[dev]) if fp else ceil_div)
+    if member(raw_dev, _CMX_BOUND):
+        mode = min(max(int_field(row, F.execution_mode), 0), len(_CMX_GRID) - 1)
+        gx, gy, gz = _CMX_GRID[mode, 0], _CMX_GRID[mode, 1], _CMX_GRID[mode, 2]
+        per = in_c * kk * dtype_bytes(in_dtype)
+        act = -(-out_c // gz) * int_field(row, F.out_h) * int_field(row, F.out_w) * per
+        wt = -(-int_field(row, F.out_h) // gy) * -(-int_field(row, F.out_w) // gx) * out_c * per
+        reads = np.int64(np.ceil((act + wt) / _PORT_BYTES[dev] * _CMX_RATIO[dev]))
+        cycles = max(cycles, reads)
     return cycles
+
+
+@njit(cache=True)
+def _theoretical_rows(m, wrap):
+    out = np.empty(len(m), dtype=np.int64)
+    for k in range(len(m)):
+        out[k] = theoretical_row(m[k], wrap)
+    return out
