@@ -105,6 +105,8 @@ def _op_mock(aliases: dict) -> np.ndarray:
 
 
 _OP_MOCK_11, _OP_MOCK_4011 = _op_mock(_OP_ALIASES_11), _op_mock(_OP_ALIASES_4011)
+_IN_SHAPE, _OUT_SHAPE = (F.in_w, F.in_h, F.in_c, F.in_b), (F.out_w, F.out_h, F.out_c, F.out_b)
+_WINDOW = (F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)
 
 
 class UnencodableWorkload(VpunnError):
@@ -179,6 +181,13 @@ def _one_hot(d, start, code, table, failed) -> bool:
 
 
 @njit(cache=True)
+def _copy_fields(row, fields, d, start) -> None:
+    """Slots `start`, `start` + 1, ... of `d` get the row's values of `fields` (shapes, kernel window)."""
+    for k in range(len(fields)):
+        d[start + k] = row[fields[k]]
+
+
+@njit(cache=True)
 def _round_6dp(x) -> float:
     """x printed with %f and parsed back (the v11 adapter does that to sparsities): rounded to 6 decimals, correctly.
 
@@ -202,16 +211,13 @@ def _encode_10(row, d, failed) -> bool:
     if not (_one_hot(d, 0, i(F.device), _T.device10, failed)
             and _one_hot(d, 4, i(F.operation), _T.operation10, failed)):
         return False
-    for k, field in enumerate((F.in_w, F.in_h, F.in_c, F.in_b)):
-        d[10 + k] = row[field]
+    _copy_fields(row, _IN_SHAPE, d, 10)
     if not _one_hot(d, 14, i(F.in_dtype), _T.dtype10, failed):
         return False
-    for k, field in enumerate((F.out_w, F.out_h, F.out_c, F.out_b)):
-        d[18 + k] = row[field]
+    _copy_fields(row, _OUT_SHAPE, d, 18)
     if not _one_hot(d, 22, i(F.out_dtype), _T.dtype10, failed):
         return False
-    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
-        d[26 + k] = row[field]
+    _copy_fields(row, _WINDOW, d, 26)
     if not (_one_hot(d, 34, i(F.execution_mode), _T.mode10, failed)
             and _one_hot(d, 40, i(F.activation), _T.activation10, failed)):
         return False
@@ -260,8 +266,7 @@ def _encode_93(row, v4011, d, failed) -> bool:
             and _tensor_block(d, 42, i(F.out_w), i(F.out_h), i(F.out_c), i(F.out_b), i(F.out_dtype), _T.dtype11,
                               i(F.out_layout), 0, failed)):
         return False
-    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
-        d[58 + k] = i(field)
+    _copy_fields(row, _WINDOW, d, 58)
     if not _one_hot(d, 66, i(F.execution_mode), _T.mode11, failed):
         return False
     d[69], d[70] = _round_6dp(row[F.act_sparsity]), _round_6dp(row[F.weight_sparsity])
@@ -293,10 +298,8 @@ def _encode_5114(row, d, failed) -> bool:
     i = lambda field: int_field(row, field)  # noqa: E731
     if not _one_hot(d, 0, i(F.operation), _T.operation5114, failed):
         return False
-    for k, field in enumerate((F.in_w, F.in_h, F.in_c, F.in_b)):
-        d[7 + k] = i(field)
-    for k, field in enumerate((F.out_w, F.out_h, F.out_c, F.out_b)):
-        d[21 + k] = i(field)
+    _copy_fields(row, _IN_SHAPE, d, 7)
+    _copy_fields(row, _OUT_SHAPE, d, 21)
     if i(F.input_autopad) == 1 and i(F.in_c) < 16:  # autopadded channels
         d[9] = 16
     if i(F.output_autopad) == 1 and i(F.out_c) < 16:
@@ -305,8 +308,7 @@ def _encode_5114(row, d, failed) -> bool:
             and _one_hot(d, 16, weight_dtype(row), _T.dtype5114, failed)
             and _one_hot(d, 25, i(F.out_dtype), _T.dtype5114, failed)):
         return False
-    for k, field in enumerate((F.k_w, F.k_h, F.s_w, F.s_h, F.pad_top, F.pad_bottom, F.pad_left, F.pad_right)):
-        d[30 + k] = i(field)
+    _copy_fields(row, _WINDOW, d, 30)
     if not _one_hot(d, 38, i(F.execution_mode), _T.mode11, failed):
         return False
     d[41], d[42] = _round_6dp(row[F.act_sparsity]), _round_6dp(row[F.weight_sparsity])
