@@ -7,7 +7,7 @@ optionally with knowledge distillation from the supernet's largest arch (`kd_rat
 BigNAS). The default configs distil nothing: fine-tuned students overtake the inherited teacher, which then
 holds them back (measured in both default runs). All of them train in lockstep on the same batches, so each
 batch and the teacher's output on it are computed once for all students; on the CPU the students train side by
-side, one per thread (`LockstepTrainer._nets_side_by_side`).
+side, one per thread, the teacher's forward beside theirs (`LockstepTrainer._nets_side_by_side`).
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
 report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. With
@@ -37,7 +37,7 @@ import itertools
 import logging
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -323,12 +323,24 @@ class LockstepTrainer:
             done = {i: fn(i) for i in order}
         return [done[i] for i in range(len(self.nets))]
 
+    def _started(self, fn, *args) -> Future:
+        """`fn(*args)` on a worker thread when nets train side by side, else done here and now."""
+        if self._pool is not None and self.workers > 1:
+            return self._pool.submit(fn, *args)
+        done = Future()
+        done.set_result(fn(*args))
+        return done
+
+    def _teacher_outputs(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.teacher(x)
+
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
-        """One optimizer step of every net on one batch; returns their losses."""
-        teacher_out = None
-        if self.teacher is not None:
-            with torch.no_grad():
-                teacher_out = self.teacher(x)
+        """One optimizer step of every net on one batch; returns their losses.
+
+        With distillation the teacher's forward is queued first: side by side it runs beside the students'
+        forwards, which wait for its outputs only at their loss."""
+        teacher_out = self._started(self._teacher_outputs, x) if self.teacher is not None else None
 
         def forward_backward(i: int) -> float:
             net, optimizer = self.nets[i], self.optimizers[i]
@@ -337,7 +349,7 @@ class LockstepTrainer:
             out = net(x)
             loss = self.task.loss(out, y)
             if teacher_out is not None:
-                loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out)
+                loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out.result())
             loss.backward()
             return loss.item()
 

@@ -141,15 +141,18 @@ def _train_killed_at_call(trainer: LockstepTrainer, n: int) -> None:
         trainer.train(progress=False)
 
 
-def test_nets_trained_side_by_side_match_one_thread_and_keep_their_dropouts(tmp_path):
-    """On 2 threads the nets train at once, one thread each, their dropouts seeded per net and step: the weights
-    equal a 1-thread run's bit for bit, and the nets get their plain `nn.Dropout` back."""
+@pytest.mark.parametrize("kd_ratio", [0.0, 1.0])
+def test_nets_trained_side_by_side_match_one_thread_and_keep_their_dropouts(tmp_path, kd_ratio):
+    """On 2 threads the nets train at once, one thread each, their dropouts seeded per net and step (and the
+    teacher's forward beside them): the weights equal a 1-thread run's bit for bit, and the nets get their plain
+    `nn.Dropout` back."""
     def trained(threads: int, name: str) -> list[torch.Tensor]:
         torch.manual_seed(0)
         net = nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(16, 2))
         nets = [copy.deepcopy(net) for _ in range(3)]  # alike but for their dropout masks
+        teacher = nn.Sequential(nn.Flatten(), nn.Linear(16, 2)).eval() if kd_ratio else None
         train = TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False)
-        trainer = LockstepTrainer(nets, None, _Task(), train, FinalizeConfig(epochs=1, kd_ratio=0.0), 0,
+        trainer = LockstepTrainer(nets, teacher, _Task(), train, FinalizeConfig(epochs=1, kd_ratio=kd_ratio), 0,
                                   tmp_path / name, list("abc"))
         before = torch.get_num_threads()
         torch.set_num_threads(threads)
