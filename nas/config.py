@@ -279,12 +279,12 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     if top.device not in DEVICES:
         raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(DEVICES)}")
     train = _structured(TrainConfig, top.train, "train")
-    if search.strategy != "evolution":  # the sandwich rule is the evolution's supernet training
+    if not search.strategy_class.uses_sandwich:
         for name in ("sandwich_random", "distill"):
             if getattr(train, name) != getattr(TrainConfig, name):
-                raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the sandwich rule "
-                                  f"of the evolution strategy's supernet training, which search.strategy="
-                                  f"{search.strategy} does not use; leave it at {getattr(TrainConfig, name)}")
+                raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the supernet "
+                                  f"training's sandwich rule, which search.strategy={search.strategy} does not "
+                                  f"use; leave it at {getattr(TrainConfig, name)}")
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
                      search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
                      device=top.device)

@@ -159,9 +159,9 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
 
 
 def feasible_records(records: Sequence[dict], search) -> list[dict]:
-    """The records within the search's latency limit (`search.evolution.latency_limit_ms`): archs the search
-    treated as infeasible are not worth finalisation time."""
-    limit = search.evolution.latency_limit_ms if search.strategy == "evolution" else None
+    """The records within the latency limit of the search (`SearchConfig.finalize_scope`): archs it treated as
+    infeasible are not worth finalisation time."""
+    limit, _ = search.finalize_scope()
     return [r for r in records if limit is None or r["latency_ms"] <= limit]
 
 
@@ -554,7 +554,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
     config: FinalizeConfig = ctx.config.search.finalize
     task, run_dir = ctx.task, ctx.run_dir
     search = ctx.config.search
-    costs = search.evolution.costs if search.strategy == "evolution" else ("latency_ms",)
+    _, costs = search.finalize_scope()
     candidates = select_spread(feasible_records(records, search), task.metric,
                                config.screen_archs if config.screening else config.archs, costs)
     if not candidates:

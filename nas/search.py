@@ -233,9 +233,10 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
 
     ctx = build_context(config, run_dir, progress)
     dist = ctx.dist
-    if dist.enabled and config.search.strategy != "evolution":
+    if dist.enabled and not config.search.strategy_class.scales_out:
+        scaling = ", ".join(name for name, cls in STRATEGIES.items() if cls.scales_out)
         raise ConfigError(f"search.strategy={config.search.strategy} runs in one process; start it without "
-                          "torchrun (the evolution strategy scales out)")
+                          f"torchrun (strategies that scale out: {scaling})")
     ctx.cost_model.check_covers(ctx.space.all_blocks())
     check_baselines(ctx)
     if dist.is_main and not run_dir.exists():

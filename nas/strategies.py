@@ -59,6 +59,16 @@ class SearchStrategy(ABC):
     name: ClassVar[str]
     config_class: ClassVar[type]
     persists_state: ClassVar[bool] = True
+    #: torchrun may run it in several processes (its supernet training and scoring are data-parallel)
+    scales_out: ClassVar[bool] = False
+    #: its supernet training follows the sandwich rule (`train.sandwich_random`, `train.distill`)
+    uses_sandwich: ClassVar[bool] = False
+
+    @classmethod
+    def finalize_scope(cls, settings) -> tuple[Optional[float], tuple[str, ...]]:
+        """(latency limit in ms or None, the costs its front spreads over) of a search with these settings: where
+        finalisation chooses its archs."""
+        return None, ("latency_ms",)
 
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
@@ -134,6 +144,11 @@ class EvolutionSearch(SearchStrategy):
 
     name = "evolution"
     config_class = EvolutionConfig
+    scales_out = uses_sandwich = True
+
+    @classmethod
+    def finalize_scope(cls, settings: EvolutionConfig) -> tuple[Optional[float], tuple[str, ...]]:
+        return settings.latency_limit_ms, settings.costs
 
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         super().__init__(ctx, on_generation)
@@ -293,3 +308,12 @@ class SearchConfig:
     def settings(self, name: Optional[str] = None):
         """The settings of strategy `name` (default: the strategy that runs)."""
         return self.sections()[self.strategy if name is None else name]
+
+    @property
+    def strategy_class(self) -> type[SearchStrategy]:
+        """The registered class of the strategy that runs."""
+        return STRATEGIES[self.strategy]
+
+    def finalize_scope(self) -> tuple[Optional[float], tuple[str, ...]]:
+        """The running strategy's `SearchStrategy.finalize_scope` with its settings."""
+        return self.strategy_class.finalize_scope(self.settings())

@@ -79,6 +79,26 @@ def test_a_registered_strategy_is_a_choice_of_the_config(local_search, tmp_path)
             load_config(SMOKE, [override])
 
 
+def test_what_a_strategy_declares_decides_finalisation_sandwich_and_scale_out(local_search, tmp_path):
+    """A strategy's class attributes, not its name, decide: where finalisation picks its archs, whether the
+    sandwich settings apply, whether torchrun may run it."""
+    from nas.finalize import feasible_records
+
+    records = [{"id": i, "arch": {}, "top1": 80 + i, "latency_ms": i + 1.0} for i in range(3)]
+    limited = ["search.evolution.latency_limit_ms=2", "search.evolution.extra_objectives=[macs]"]
+    evolution = load_config(SMOKE, limited).search
+    assert evolution.finalize_scope() == (2, ("latency_ms", "macs"))
+    assert [r["id"] for r in feasible_records(records, evolution)] == [0, 1]
+    local = load_config(SMOKE, [*limited, "search.strategy=local_search"]).search
+    assert local.strategy_class is local_search and local.finalize_scope() == (None, ("latency_ms",))
+    assert len(feasible_records(records, local)) == 3
+    with pytest.raises(ConfigError, match="train.distill: False would be ignored"):
+        load_config(SMOKE, ["search.strategy=local_search", "train.distill=false"])
+    local_search.uses_sandwich = True  # a strategy that trains with the sandwich rule takes the settings
+    assert not load_config(SMOKE, ["search.strategy=local_search", "train.distill=false"]).train.distill
+    assert [name for name, cls in STRATEGIES.items() if cls.scales_out] == ["evolution"]
+
+
 def test_an_unregistered_strategy_is_no_choice():
     with pytest.raises(ConfigError, match="search.strategy: unknown 'local_search'; valid: differentiable, evolution$"):
         load_config(SMOKE, ["search.strategy=local_search"])
