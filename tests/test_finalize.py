@@ -89,6 +89,8 @@ def test_config_is_validated(tmp_path):
         load_config(SMOKE, ["search.finalize.kd_ratio=-1"])
     with pytest.raises(ConfigError, match="screen_epochs"):
         load_config(SMOKE, ["search.finalize.screen_archs=6", "search.finalize.screen_epochs=1"])  # = epochs
+    with pytest.raises(ConfigError, match="batch_size: must be >= 0"):
+        load_config(SMOKE, ["search.finalize.batch_size=-1"])
     with pytest.raises(ConfigError, match="run_budget_minutes: must be >= 0"):
         load_config(SMOKE, ["search.finalize.run_budget_minutes=-1"])
     with pytest.raises(ConfigError, match="run_budget_minutes: not with screening"):
@@ -188,6 +190,18 @@ def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RunDirError, match="other archs"):
         LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "z"])
+
+
+def test_finalisation_batch_size_of_its_own(tmp_path):
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False)
+    own = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=2, batch_size=64, kd_ratio=0.0), 0,
+                          tmp_path / "a.pt", ["x", "y"])
+    assert own.steps_per_epoch == 4 and own.total_steps == 8  # 256 images, half the steps of the task's 32
+    assert [len(y) for _, _, y in own.batches(1, 0)] == [64] * 4
+    assert own.batches.seed == task.train_batches.seed  # same shuffles, other cuts
+    same = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=2, batch_size=32, kd_ratio=0.0), 0,
+                           tmp_path / "b.pt", ["x", "y"])
+    assert same.batches is task.train_batches and same.total_steps == 16
 
 
 def test_shortened_schedule_is_kept_on_resume(tmp_path):
