@@ -51,7 +51,7 @@ from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
-from .errors import RunDirError
+from .errors import ConfigError, RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
 from .runtime import StopRequests, ThreadGovernor, check_finite
 from .supernet_training import (TrainConfig, log_session_steps, modules_swapped, recalibrate_batchnorm,
@@ -231,6 +231,9 @@ class LockstepTrainer:
         self.batches = (EpochBatches(task_batches.source, config.batch_size, task_batches.seed, task_batches.drop_last)
                         if own_size else task_batches)
         self.steps_per_epoch = self.batches.steps_per_epoch()
+        if self.steps_per_epoch < 1:
+            raise ConfigError(f"search.finalize.batch_size: {self.batches.batch_size} is more than the "
+                              f"{len(task_batches.source)} training samples")
         self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)

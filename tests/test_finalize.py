@@ -202,6 +202,8 @@ def test_finalisation_batch_size_of_its_own(tmp_path):
     same = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=2, batch_size=32, kd_ratio=0.0), 0,
                            tmp_path / "b.pt", ["x", "y"])
     assert same.batches is task.train_batches and same.total_steps == 16
+    with pytest.raises(ConfigError, match="batch_size: 512 is more than the 256 training samples"):
+        LockstepTrainer(_nets(), None, task, train, FinalizeConfig(batch_size=512), 0, tmp_path / "c.pt", ["x", "y"])
 
 
 def test_shortened_schedule_is_kept_on_resume(tmp_path):
