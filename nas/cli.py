@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import sys
+import warnings
 
 from .runtime import interrupt_on_sigterm, keep_freed_memory
 
@@ -72,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         level = logging.DEBUG if args.verbose else logging.INFO if main_process else logging.WARNING
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                             datefmt="%H:%M:%S")
-        with contextlib.ExitStack() as quiet:
+        with contextlib.ExitStack() as quiet, warnings.catch_warnings():
+            # torch 2.14 deprecates torch.jit, which TorchScript export and OpenVINO's converter call: nothing a
+            # user of vpunas can act on, and a mistake must stay one line on stderr
+            warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
             if not main_process:  # rank 0 prints the results
                 quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
             return int(args.handler(args) or 0)
