@@ -131,13 +131,15 @@ class FinalizeConfig:
 def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[str] = ("latency_ms",)) -> list[dict]:
     """`n` distinct archs for finalisation, spread over the cost range of the front (sorted by latency).
 
-    The range from the front's cheapest to its costliest arch is cut into bins of equal width on a log scale,
-    and each bin contributes its best arch by inherited metric, on the front or not: inherited metrics rank
-    archs only to within their noise, so an arch just behind the front is as good a candidate, and a front with
-    a gap in cost still gets archs in the gap. With several `costs` (latency, then a search's extra objectives,
-    e.g. MACs), the `n` places are shared among them, each spread over the front of the metric against that
-    cost. Bins without an arch leave their places to the remaining archs in order of non-dominated layer (over
-    the metric and all costs), then metric.
+    The ends of the front of the metric against each cost (latency, then a search's extra objectives, e.g.
+    MACs) come first: its cheapest arch and its best. Then, place by place, the widest gap between the chosen
+    archs on any cost's log scale (the largest cost ratio between neighbours, where a user's model that the
+    finalised front should beat can fall) gets the best arch by inherited metric inside it, preferring the
+    middle half of the gap; inherited metrics rank archs only to within their noise, so an arch behind the front
+    is as good a candidate, and a front with a gap in cost still gets archs in the gap. Costs that rise together
+    (latency and MACs) so share their places instead of each picking archs at the same levels. When no gap has
+    an arch left, the remaining places go to the other archs in order of non-dominated layer (over the metric
+    and all costs), then metric.
     """
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
@@ -145,18 +147,29 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
     if n <= 0 or not unique:
         return []
     score = np.array([r[metric] for r in unique], dtype=float)
+    log_cost = np.log(np.array([[r[c] for c in costs] for r in unique], dtype=float))
     chosen: list[int] = []
-    for j, cost in enumerate(costs):
-        values = np.array([r[cost] for r in unique], dtype=float)
-        front = NonDominatedSorting().do(np.stack([-score, values], axis=1), only_non_dominated_front=True)
-        lo, hi = values[front].min(), values[front].max()
-        bins = n * (j + 1) // len(costs) - n * j // len(costs)
-        edges = np.geomspace(lo, hi, bins + 1) if hi > lo > 0 else np.array([lo, hi])
-        for left, right in zip(edges[:-1], edges[1:]):
-            inside = [i for i in range(len(unique)) if left <= values[i] <= right and i not in chosen]
-            if inside:
-                chosen.append(max(inside, key=lambda i: (score[i], -values[i], -i)))
-    layers = NonDominatedSorting().do(np.stack([-score, *([r[c] for r in unique] for c in costs)], axis=1))
+    for j in range(len(costs)):
+        front = NonDominatedSorting().do(np.stack([-score, log_cost[:, j]], axis=1), only_non_dominated_front=True)
+        cheapest = min(front, key=lambda i: (log_cost[i, j], -score[i], i))
+        best = max(front, key=lambda i: (score[i], -log_cost[i, j], -i))
+        chosen += [int(i) for i in (cheapest, best) if i not in chosen]
+    chosen = chosen[:n]
+    empty: set[tuple] = set()
+    while len(chosen) < n:
+        gaps = [(right - left, left, right, j) for j in range(len(costs))
+                for left, right in itertools.pairwise(sorted(set(log_cost[chosen, j])))
+                if (left, right, j) not in empty]
+        if not gaps:
+            break
+        width, left, right, j = max(gaps)
+        inside = [i for i in range(len(unique)) if i not in chosen and left < log_cost[i, j] < right]
+        if not inside:
+            empty.add((left, right, j))
+            continue
+        middle = [i for i in inside if abs(log_cost[i, j] - (left + right) / 2) <= width / 4]
+        chosen.append(max(middle or inside, key=lambda i: (score[i], -log_cost[i, j], -i)))
+    layers = NonDominatedSorting().do(np.stack([-score, *log_cost.T], axis=1))
     layer_of = {int(i): depth for depth, layer in enumerate(layers) for i in layer}
     rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
     chosen += rest[:n - len(chosen)]

@@ -32,13 +32,15 @@ def test_archs_over_the_search_latency_limit_are_not_finalised():
     assert len(feasible_records(records, switched)) == 3  # the limit is the evolution's
 
 
-def test_selection_takes_the_best_arch_of_each_latency_bin():
-    # front: latencies 1, 2, 4, 8, 16; (81, 3) is just behind the front; (70, 20) is slower than the front
+def test_selection_keeps_the_ends_of_the_front_and_fills_the_widest_gap():
+    # front: latencies 1, 2, 3.5, 4, 8, 16; (70, 20) is slower than the front and worse than its best
     points = [(80, 1), (82, 2), (84, 4), (86, 8), (88, 16), (83.9, 3.5), (70, 20)]
-    # four bins on a log scale over [1, 16]: [1, 2], [2, 4], [4, 8], [8, 16]
-    chosen = select_spread(_records(points), "top1", 4)
-    assert [r["latency_ms"] for r in chosen] == [2, 4, 8, 16]
-    assert [r["latency_ms"] for r in select_spread(_records(points), "top1", 2)] == [4, 16]  # [1, 4], [4, 16]
+    latencies = lambda n: [r["latency_ms"] for r in select_spread(_records(points), "top1", n)]
+    assert latencies(2) == [1, 16]  # the cheapest and the best arch of the front
+    # [1, 16] -> the best arch in its middle half on a log scale ([2, 8]): 8; then [1, 8] -> 4; then [1, 4] -> 2
+    assert latencies(3) == [1, 8, 16]
+    assert latencies(4) == [1, 4, 8, 16]
+    assert latencies(5) == [1, 2, 4, 8, 16]
 
 
 def test_selection_fills_a_gap_of_the_front_from_behind_it():
@@ -48,28 +50,36 @@ def test_selection_fills_a_gap_of_the_front_from_behind_it():
     assert [r["latency_ms"] for r in chosen] == [1, 2.5, 5, 16]
 
 
-def test_selection_fills_empty_bins_and_skips_duplicates():
+def test_selection_fills_empty_gaps_and_skips_duplicates():
     points = [(80, 1), (88, 16), (79, 2), (85, 17), (60, 30)]
     records = _records(points) + [dict(_records(points)[0], id=9)]  # the same arch again (e.g. DNAS epochs)
     chosen = select_spread(records, "top1", 4)
     assert len({json.dumps(r["arch"]) for r in chosen}) == 4
-    # bins [1, 2], [2, 4], [4, 8], [8, 16]: 1, 2 and 16; [4, 8] is empty, its place goes to the next layer (17)
+    # ends 1 and 16, then 2 inside [1, 16]; no arch is left inside [1, 2] or [2, 16]: the last place goes to the
+    # next non-dominated layer (17)
     assert sorted(r["latency_ms"] for r in chosen) == [1, 2, 16, 17]
     assert select_spread(records, "top1", 0) == []
     assert len(select_spread(records, "top1", 50)) == 5
+
+
+def test_selection_spreads_costs_that_rise_together():
+    # MACs follow latency (slightly off, so that the two fronts differ): the places spread over one range
+    # instead of each cost picking archs at the same levels
+    latencies = [1, 1.5, 2, 3, 4, 6, 8, 12, 16]
+    records = [dict(r, macs=r["latency_ms"] * (1.1 if i % 2 else 1.0))
+               for i, r in enumerate(_records([(80 + i, lat) for i, lat in enumerate(latencies)]))]
+    chosen = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
+    assert [r["latency_ms"] for r in chosen] == [1, 4, 8, 16]
 
 
 def test_selection_shares_its_places_among_the_costs():
     # latency and MACs disagree: the fast archs are MAC-heavy, the MAC-light ones slow
     points = [(80, 1, 9), (84, 2, 8), (88, 4, 7), (81, 8, 1), (85, 9, 2), (89, 10, 4), (70, 20, 20)]
     records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
-    by_latency = select_spread(records, "top1", 2)
-    assert [r["id"] for r in by_latency] == [1, 5]  # bins [1, 3.2], [3.2, 10] of the latency front
+    assert [r["id"] for r in select_spread(records, "top1", 2)] == [0, 5]  # the latency front's ends
     both = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
-    # two places spread over the latency front (1 and 5, as above), two over the MACs front 3, 4, 5 (bins
-    # [1, 2], [2, 4]): 4, then nothing new in [2, 4]; that place goes to the best arch of the first
-    # non-dominated layer over all three objectives not chosen yet (2)
-    assert sorted(r["id"] for r in both) == [1, 2, 4, 5]
+    # the ends of both fronts (0 and 5; 3 and 5), then the widest gap, latency [1, 8]: its best arch, 2
+    assert sorted(r["id"] for r in both) == [0, 2, 3, 5]
     assert len(select_spread(records, "top1", 7, costs=("latency_ms", "macs"))) == 7
 
 
