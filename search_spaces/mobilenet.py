@@ -4,8 +4,9 @@ Cai et al., "Once-for-All: Train One Network and Specialize it for Efficient Dep
 (https://arxiv.org/abs/1908.09791). Per block the kernel size (shared weights, centre crop) and the expansion
 ratio (channel slicing) are searched, per stage the depth (the first `depth` blocks run, deeper ones are
 skipped). Stage widths and strides are configured, so the same code serves 28x28 and 224x224 inputs. An expansion
-ratio of 1 drops the block's expand conv (MobileNetV2's t=1 block): at 28x28 that conv is the costliest layer of
-a small arch on the CPU; a stage may search its own ratios (`MobileNetStageConfig.expand_ratios`).
+ratio of 1 drops the block's expand conv (MobileNetV2's t=1 block; its depthwise and project convs are weights of
+its own, see `ElasticInvertedResidual`): at 28x28 that conv is the costliest layer of a small arch on the CPU; a
+stage may search its own ratios (`MobileNetStageConfig.expand_ratios`).
 
 MobileNetV3 (Howard et al., "Searching for MobileNetV3", ICCV 2019, https://arxiv.org/abs/1905.02244) adds two
 per-stage settings: squeeze-excite after the depthwise conv (`se`; its reduce width follows the active expanded
@@ -153,8 +154,43 @@ class ElasticSqueezeExcite(nn.Module):
         return se
 
 
+class ElasticDepthwiseProject(nn.Module):
+    """What follows a block's expansion: k x k depthwise conv, BN, activation, optional squeeze-excite, 1x1
+    project, BN, on the leading `channels` of its weights that the active width needs."""
+
+    def __init__(self, channels: int, out_channels: int, *, kernel_size: int, stride: int,
+                 act_layer: type[nn.Module], se: bool):
+        super().__init__()
+        self.out_channels = out_channels
+        self.dw_conv = ElasticConv2d(channels, channels, kernel_size, stride=stride, depthwise=True)
+        self.dw_bn = ElasticBatchNorm2d(channels)
+        self.use_se = se
+        self.se = ElasticSqueezeExcite(channels) if se else nn.Identity()
+        self.project_conv = ElasticConv2d(channels, out_channels, 1)
+        self.project_bn = ElasticBatchNorm2d(out_channels)
+        self.act = act_layer()
+
+    def forward(self, h: torch.Tensor, kernel_size: int) -> torch.Tensor:
+        h = self.se(self.act(self.dw_bn(self.dw_conv(h, kernel_size=kernel_size))))
+        return self.project_bn(self.project_conv(h, out_channels=self.out_channels))
+
+    def export_into(self, block: InvertedResidual, channels: int, kernel_size: int) -> None:
+        block.depthwise[0] = self.dw_conv.export(channels, channels, kernel_size)
+        block.depthwise[1] = self.dw_bn.export(channels)
+        if self.use_se:
+            block.se = self.se.export(channels)
+        block.project[0] = self.project_conv.export(channels, self.out_channels, 1)
+        block.project[1] = self.project_bn.export(self.out_channels)
+
+
 class ElasticInvertedResidual(nn.Module):
-    """An inverted-residual block whose kernel and expansion are chosen per forward by `set_active`."""
+    """An inverted-residual block whose kernel and expansion are chosen per forward by `set_active`.
+
+    Ratios above 1 share one expand conv and one depthwise-project path (channel slicing, as in OFA). Ratio 1
+    (no expand conv) has a depthwise-project path of its own: its depthwise conv sees the block's input, not
+    expanded features, and shared weights would have to serve both (in the default space, archs of the first
+    stage's ratio 1 then scored about 1.5 points above those of ratios 3-6 with inherited weights, and 0.4-0.8
+    points below them finalised)."""
 
     def __init__(self, in_channels: int, out_channels: int, *, stride: int, kernel_sizes, expand_ratios,
                  act_layer: type[nn.Module], channel_divisor: int, se: bool = False):
@@ -162,14 +198,12 @@ class ElasticInvertedResidual(nn.Module):
         self.in_channels, self.out_channels, self.stride = in_channels, out_channels, stride
         self.divisor = channel_divisor
         max_mid = self.mid_channels(max(expand_ratios))
+        path = dict(kernel_size=max(kernel_sizes), stride=stride, act_layer=act_layer, se=se)
         self.expand_conv = ElasticConv2d(in_channels, max_mid, 1)
         self.expand_bn = ElasticBatchNorm2d(max_mid)
-        self.dw_conv = ElasticConv2d(max_mid, max_mid, max(kernel_sizes), stride=stride, depthwise=True)
-        self.dw_bn = ElasticBatchNorm2d(max_mid)
+        self.expanded = ElasticDepthwiseProject(max_mid, out_channels, **path)
+        self.unexpanded = ElasticDepthwiseProject(in_channels, out_channels, **path) if 1 in expand_ratios else None
         self.use_se = se
-        self.se = ElasticSqueezeExcite(max_mid) if se else nn.Identity()
-        self.project_conv = ElasticConv2d(max_mid, out_channels, 1)
-        self.project_bn = ElasticBatchNorm2d(out_channels)
         self.act = act_layer()
         self.act_layer = act_layer
         self.use_shortcut = stride == 1 and in_channels == out_channels
@@ -182,25 +216,23 @@ class ElasticInvertedResidual(nn.Module):
         self.kernel_size, self.expand_ratio = kernel_size, expand_ratio
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mid = self.mid_channels(self.expand_ratio)
-        h = x if self.expand_ratio == 1 else self.act(self.expand_bn(self.expand_conv(x, out_channels=mid)))
-        h = self.se(self.act(self.dw_bn(self.dw_conv(h, kernel_size=self.kernel_size))))
-        h = self.project_bn(self.project_conv(h, out_channels=self.out_channels))
+        if self.expand_ratio == 1:
+            h = self.unexpanded(x, self.kernel_size)
+        else:
+            mid = self.mid_channels(self.expand_ratio)
+            h = self.expanded(self.act(self.expand_bn(self.expand_conv(x, out_channels=mid))), self.kernel_size)
         return x + h if self.use_shortcut else h
 
     def extract(self) -> InvertedResidual:
         mid = self.mid_channels(self.expand_ratio)
         block = InvertedResidual(self.in_channels, self.out_channels, kernel_size=self.kernel_size,
                                  mid_channels=mid, stride=self.stride, act_layer=self.act_layer, se=self.use_se)
-        if self.expand_ratio != 1:
+        if self.expand_ratio == 1:
+            self.unexpanded.export_into(block, mid, self.kernel_size)
+        else:
             block.expand[0] = self.expand_conv.export(self.in_channels, mid, 1)
             block.expand[1] = self.expand_bn.export(mid)
-        block.depthwise[0] = self.dw_conv.export(mid, mid, self.kernel_size)
-        block.depthwise[1] = self.dw_bn.export(mid)
-        if self.use_se:
-            block.se = self.se.export(mid)
-        block.project[0] = self.project_conv.export(mid, self.out_channels, 1)
-        block.project[1] = self.project_bn.export(self.out_channels)
+            self.expanded.export_into(block, mid, self.kernel_size)
         return block
 
 

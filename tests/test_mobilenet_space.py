@@ -128,7 +128,7 @@ def test_squeeze_excite_follows_the_active_expanded_width():
               for b in blocks]
     assert widths == [(8, 8), (48, 16), (96, None), (96, 24), (144, 40)]
     assert isinstance(subnet.blocks[0].se, torch.nn.Identity)  # the first block has none
-    se, elastic = blocks[3].se, supernet.stages[2][0].se  # ratio 4 of 6: 96 of 144 channels, SE 24 of 40
+    se, elastic = blocks[3].se, supernet.stages[2][0].expanded.se  # ratio 4 of 6: 96 of 144 channels, SE 24 of 40
     assert elastic.reduce.weight.shape[:2] == (40, 144)
     assert torch.equal(se.reduce.weight, elastic.reduce.weight[:24, :96])
     assert torch.equal(se.reduce.bias, elastic.reduce.bias[:24])

@@ -7,8 +7,8 @@ FBNetV2: Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565):
   centred k x k masks (a centre-cropped kernel padded back to full size computes the same as the crop);
 * expansion: the expanded channels are multiplied by the gate-weighted sum of prefix masks (channel c is kept
   by every ratio whose expanded width exceeds c), after the expand and after the depthwise activation; ratio 1
-  (no expand conv) feeds the block's input, zero-padded to the expanded width, to the depthwise conv under its
-  gate;
+  (no expand conv) runs its own depthwise-project path on the block's input, and the block's output mixes the
+  two paths by the gate of ratio 1;
 * squeeze-excite (a stage's `se`): it runs on the masked expanded channels (those past the active width are 0,
   so they add nothing to its pooled input), and its reduced channels are multiplied by the gate-weighted sum of
   prefix masks of each ratio's reduce width, as the supernet slices them.
@@ -40,12 +40,12 @@ class RelaxedMobileNet(RelaxedSupernet):
             self.register_buffer(f"expanded_{s}", torch.tensor([float(e != 1) for e in expands]), persistent=False)
             for b, block in enumerate(blocks):
                 mids = [block.mid_channels(e) for e in expands]
-                self.register_buffer(f"cmask_{s}_{b}", prefix_masks(mids, block.dw_conv.out_channels),
+                self.register_buffer(f"cmask_{s}_{b}", prefix_masks(mids, block.expanded.dw_conv.out_channels),
                                      persistent=False)
                 self.register_buffer(f"kmask_{s}_{b}", centred_kernel_masks(space.kernels), persistent=False)
                 if block.use_se:
                     self.register_buffer(f"rmask_{s}_{b}", prefix_masks([se_width(m) for m in mids],
-                                                                        block.se.reduce.out_channels),
+                                                                        block.expanded.se.reduce.out_channels),
                                          persistent=False)
 
     def _block(self, s: int, b: int, x: torch.Tensor, kernel_gate: torch.Tensor, expand_gate: torch.Tensor):
@@ -54,16 +54,22 @@ class RelaxedMobileNet(RelaxedSupernet):
         cmask = (expand_gate @ masks).view(1, -1, 1, 1)
         kmask = torch.einsum("k,kij->ij", kernel_gate, getattr(self, f"kmask_{s}_{b}"))
         h = block.act(block.expand_bn(block.expand_conv(x))) * ((expand_gate * expanded) @ masks).view(1, -1, 1, 1)
+        rmask = (expand_gate @ getattr(self, f"rmask_{s}_{b}")).view(1, -1, 1, 1) if block.use_se else 1.0
+        h = self._depthwise_project(block.expanded, h, kmask, cmask, rmask)
         if not bool(expanded.all()):
             passed = expand_gate @ (1 - expanded)
-            h = h + passed * F.pad(x, (0, 0, 0, 0, 0, h.shape[1] - x.shape[1]))
-        dw = block.dw_conv
-        h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
-        h = block.act(block.dw_bn(h)) * cmask
-        if block.use_se:
-            h = self._squeeze_excite(block.se, h, (expand_gate @ getattr(self, f"rmask_{s}_{b}")).view(1, -1, 1, 1))
-        h = block.project_bn(block.project_conv(h))
+            h = (1 - passed) * h + passed * self._depthwise_project(block.unexpanded, x, kmask)
         return x + h if block.use_shortcut else h
+
+    def _depthwise_project(self, path, h: torch.Tensor, kmask: torch.Tensor, cmask: torch.Tensor | float = 1.0,
+                           rmask: torch.Tensor | float = 1.0) -> torch.Tensor:
+        """`ElasticDepthwiseProject` at full width under the kernel mask (and the channel masks of the ratios)."""
+        dw = path.dw_conv
+        h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
+        h = path.act(path.dw_bn(h)) * cmask
+        if path.use_se:
+            h = self._squeeze_excite(path.se, h, rmask)
+        return path.project_bn(path.project_conv(h))
 
     @staticmethod
     def _squeeze_excite(se, h: torch.Tensor, rmask: torch.Tensor) -> torch.Tensor:
