@@ -185,6 +185,21 @@ def test_a_stage_searches_its_own_ratios_and_ratio_1_drops_the_expand_conv():
         space.validate({"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[1], [1, 3]]})
 
 
+def test_ratio_1_trains_weights_of_its_own():
+    """Ratio 1's depthwise conv sees the block's input, the other ratios' expanded features: no shared weights."""
+    space = stage_t1_space()
+    supernet = space.build_supernet().train()
+    block = supernet.stages[0][0]
+    assert supernet.stages[1][0].unexpanded is None  # a stage without ratio 1 has no such path
+    for ratio, trained, untouched in ((1, block.unexpanded, block.expanded), (3, block.expanded, block.unexpanded)):
+        supernet.zero_grad(set_to_none=True)
+        supernet.set_active({"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[ratio], [3, 3]]})
+        supernet(torch.randn(4, 1, 28, 28)).sum().backward()
+        assert trained.dw_conv.weight.grad is not None and trained.project_conv.weight.grad.abs().sum() > 0
+        assert untouched.dw_conv.weight.grad is None and untouched.project_conv.weight.grad is None
+        assert (block.expand_conv.weight.grad is None) == (ratio == 1)
+
+
 def test_space_config_errors_name_the_field():
     with pytest.raises(ArchError, match="expand_ratios"):
         small_space(expand_ratios=[0, 3])
