@@ -131,15 +131,15 @@ class FinalizeConfig:
 def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[str] = ("latency_ms",)) -> list[dict]:
     """`n` distinct archs for finalisation, spread over the cost range of the front (sorted by latency).
 
-    The front of the metric against each cost (latency, then a search's extra objectives, e.g. MACs) spans a
-    range, from its cheapest arch to its best. The latency front's two ends come first; then, place by place,
-    the widest gap on any cost's log scale between the chosen archs and the ends of that cost's range (the
-    largest cost ratio where a user's model that the finalised front should beat can fall) gets the best arch by
-    inherited metric inside it, preferring the middle half of the gap. Inherited metrics rank archs only to
-    within their noise, so an arch behind the front is as good a candidate, and a front with a gap in cost still
-    gets archs in the gap. Costs that rise together (latency and MACs) so share their places instead of each
-    picking archs at the same levels. When no gap has an arch left, the remaining places go to the other archs
-    in order of non-dominated layer (over the metric and all costs), then metric.
+    The ends of the front of the metric against each cost (latency, then a search's extra objectives, e.g.
+    MACs) come first: its cheapest arch and its best. Then, place by place, the widest gap between the chosen
+    archs on any cost's log scale (the largest cost ratio between neighbours, where a user's model that the
+    finalised front should beat can fall) gets the best arch by inherited metric inside it, preferring the
+    middle half of the gap; inherited metrics rank archs only to within their noise, so an arch behind the front
+    is as good a candidate, and a front with a gap in cost still gets archs in the gap. Costs that rise together
+    (latency and MACs) so share their places instead of each picking archs at the same levels. When no gap has
+    an arch left, the remaining places go to the other archs in order of non-dominated layer (over the metric
+    and all costs), then metric.
     """
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
@@ -148,21 +148,22 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
         return []
     score = np.array([r[metric] for r in unique], dtype=float)
     log_cost = np.log(np.array([[r[c] for c in costs] for r in unique], dtype=float))
-    ends = []
+    chosen: list[int] = []
     for j in range(len(costs)):
         front = NonDominatedSorting().do(np.stack([-score, log_cost[:, j]], axis=1), only_non_dominated_front=True)
-        ends.append((min(front, key=lambda i: (log_cost[i, j], -score[i], i)),
-                     max(front, key=lambda i: (score[i], -log_cost[i, j], -i))))
-    chosen = list(dict.fromkeys(int(i) for i in ends[0]))[:n]
+        cheapest = min(front, key=lambda i: (log_cost[i, j], -score[i], i))
+        best = max(front, key=lambda i: (score[i], -log_cost[i, j], -i))
+        chosen += [int(i) for i in (cheapest, best) if i not in chosen]
+    chosen = chosen[:n]
     empty: set[tuple] = set()
     while len(chosen) < n:
-        gaps = [(right - left, left, right, j) for j, (cheapest, best) in enumerate(ends)
-                for left, right in itertools.pairwise(sorted({*log_cost[chosen, j], *log_cost[[cheapest, best], j]}))
+        gaps = [(right - left, left, right, j) for j in range(len(costs))
+                for left, right in itertools.pairwise(sorted(set(log_cost[chosen, j])))
                 if (left, right, j) not in empty]
         if not gaps:
             break
         width, left, right, j = max(gaps)
-        inside = [i for i in range(len(unique)) if i not in chosen and left <= log_cost[i, j] <= right]
+        inside = [i for i in range(len(unique)) if i not in chosen and left < log_cost[i, j] < right]
         if not inside:
             empty.add((left, right, j))
             continue

@@ -78,9 +78,8 @@ def test_selection_shares_its_places_among_the_costs():
     records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
     assert [r["id"] for r in select_spread(records, "top1", 2)] == [0, 5]  # the latency front's ends
     both = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
-    # the latency front's ends (0 and 5); the widest gap, latency [1, 10]: its best arch in the middle half, 2;
-    # then MACs [1, 4], from the MACs front's cheapest end (3) to arch 2: its middle half's arch, 4
-    assert sorted(r["id"] for r in both) == [0, 2, 4, 5]
+    # the ends of both fronts (0 and 5; 3 and 5), then the widest gap, latency [1, 8]: its best arch, 2
+    assert sorted(r["id"] for r in both) == [0, 2, 3, 5]
     assert len(select_spread(records, "top1", 7, costs=("latency_ms", "macs"))) == 7
 
 
