@@ -153,7 +153,7 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
         front = NonDominatedSorting().do(np.stack([-score, log_cost[:, j]], axis=1), only_non_dominated_front=True)
         cheapest = min(front, key=lambda i: (log_cost[i, j], -score[i], i))
         best = max(front, key=lambda i: (score[i], -log_cost[i, j], -i))
-        chosen += [int(i) for i in (cheapest, best) if i not in chosen]
+        chosen += [int(i) for i in dict.fromkeys((cheapest, best)) if i not in chosen]  # one arch may be both
     chosen = chosen[:n]
     empty: set[tuple] = set()
     while len(chosen) < n:

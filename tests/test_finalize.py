@@ -60,6 +60,9 @@ def test_selection_fills_empty_gaps_and_skips_duplicates():
     assert sorted(r["latency_ms"] for r in chosen) == [1, 2, 16, 17]
     assert select_spread(records, "top1", 0) == []
     assert len(select_spread(records, "top1", 50)) == 5
+    # a front of one arch, the cheapest and the best at once: chosen once, the other place from behind the front
+    alone = select_spread(_records([(90, 1), (80, 2), (70, 3)]), "top1", 2)
+    assert [r["latency_ms"] for r in alone] == [1, 2]
 
 
 def test_selection_spreads_costs_that_rise_together():
