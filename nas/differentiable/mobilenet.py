@@ -61,14 +61,15 @@ class RelaxedMobileNet(RelaxedSupernet):
             h = (1 - passed) * h + passed * self._depthwise_project(block.unexpanded, x, kmask)
         return x + h if block.use_shortcut else h
 
-    def _depthwise_project(self, path, h: torch.Tensor, kmask: torch.Tensor, cmask: torch.Tensor | float = 1.0,
+    @staticmethod
+    def _depthwise_project(path, h: torch.Tensor, kmask: torch.Tensor, cmask: torch.Tensor | float = 1.0,
                            rmask: torch.Tensor | float = 1.0) -> torch.Tensor:
         """`ElasticDepthwiseProject` at full width under the kernel mask (and the channel masks of the ratios)."""
         dw = path.dw_conv
         h = F.conv2d(h, dw.weight * kmask, dw.bias, dw.stride, dw.max_kernel // 2, 1, dw.out_channels)
         h = path.act(path.dw_bn(h)) * cmask
         if path.use_se:
-            h = self._squeeze_excite(path.se, h, rmask)
+            h = RelaxedMobileNet._squeeze_excite(path.se, h, rmask)
         return path.project_bn(path.project_conv(h))
 
     @staticmethod
