@@ -23,7 +23,8 @@ schedule as without screening.
 
 Machines differ by several times in speed: under a run budget (`run_budget_minutes`), the schedule is shortened
 before its first step to what the run has left (`_fit_to_budget`), so a run keeps its length rather than its
-epochs.
+epochs; where the budget leaves time to spare at the full epochs, up to `max_archs` archs are finalised instead of
+`archs` (the issue's "K sized to the run's budget").
 
 Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the
 screening's in a file of its own), screening scores and each scored arch are journaled (a finalised arch after
@@ -87,6 +88,9 @@ class FinalizeConfig:
             scoring included: finalisation then times a few of its training steps and trains for as much of
             `epochs` as fits in what is left (never under half of it, see `budgeted_epochs`); 0 = no budget.
             Machines differ by several times in speed; this keeps a run's length, not its recipe.
+        max_archs: under a run budget, finalise up to this many archs when what is left fits them at the full
+            `epochs` (timed like the epochs; the first `archs` of them are the archs chosen without the extra
+            places); 0 = `archs` exactly. A faster machine so hands over a denser front instead of idle minutes.
     """
 
     archs: int = 8
@@ -100,6 +104,7 @@ class FinalizeConfig:
     kd_ratio: float = 1.0
     int8: bool = False
     run_budget_minutes: float = 0.0
+    max_archs: int = 0
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -119,6 +124,10 @@ class FinalizeConfig:
                 raise ValueError(f"{name}: must be >= 0")
         if self.run_budget_minutes and self.screening:
             raise ValueError("run_budget_minutes: not with screening (screen_archs > archs); set one of them to 0")
+        if self.max_archs and self.max_archs < self.archs:
+            raise ValueError(f"max_archs: must be 0 or at least archs ({self.archs})")
+        if self.max_archs > self.archs and not self.run_budget_minutes:
+            raise ValueError("max_archs: sized by the run budget; set run_budget_minutes too")
         if self.lr is not None and self.lr <= 0:
             raise ValueError("lr: must be > 0 (or null for train.lr)")
 
@@ -134,12 +143,19 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
     The ends of the front of the metric against each cost (latency, then a search's extra objectives, e.g.
     MACs) come first: its cheapest arch and its best. Then, place by place, the widest gap between the chosen
     archs on any cost's log scale (the largest cost ratio between neighbours, where a user's model that the
-    finalised front should beat can fall) gets the best arch by inherited metric inside it, preferring the
-    middle half of the gap; inherited metrics rank archs only to within their noise, so an arch behind the front
-    is as good a candidate, and a front with a gap in cost still gets archs in the gap. Costs that rise together
-    (latency and MACs) so share their places instead of each picking archs at the same levels. When no gap has
-    an arch left, the remaining places go to the other archs in order of non-dominated layer (over the metric
-    and all costs), then metric.
+    finalised front should beat can fall) gets an arch inside it, preferring the middle half of the gap: of the
+    better half of those archs by inherited metric, the cheapest on the other costs (with one cost, the best).
+    Costs that rise together (latency and MACs) so share their places instead of each picking archs at the same
+    levels. When no gap has an arch left, the remaining places go to the other archs in order of non-dominated
+    layer (over the metric and all costs), then metric.
+
+    Inherited metrics rank archs only to within their noise (the default run's ranking fidelity was 0.0 .. 0.55),
+    so an arch behind the front is as good a candidate, and a front with a gap in cost still gets archs in the
+    gap. Costs disagree about archs (dense convolutions suit the VPU's DPU, depthwise ones the CPU, for which MACs
+    stand): a gap in MACs gets the VPU's fastest arch there, a gap in VPU latency the one of fewest MACs, so the
+    chosen archs span both trade-offs rather than one kind of arch. In the default run (Xeon VM, 2026-12-02) the
+    best inherited archs of the middle gaps all had expansion 1 in the first stage, and 7 archs of expansion 3 of
+    the same CPU latency (0.12-0.15 ms) finalised 0.4 points higher on average than 4 of them.
     """
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
@@ -167,8 +183,10 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
         if not inside:
             empty.add((left, right, j))
             continue
-        middle = [i for i in inside if abs(log_cost[i, j] - (left + right) / 2) <= width / 4]
-        chosen.append(max(middle or inside, key=lambda i: (score[i], -log_cost[i, j], -i)))
+        pool = [i for i in inside if abs(log_cost[i, j] - (left + right) / 2) <= width / 4] or inside
+        better_half = [i for i in pool if score[i] >= np.median(score[pool])]
+        chosen.append(min(better_half, key=lambda i: (log_cost[i].sum() - log_cost[i, j], -score[i],
+                                                      log_cost[i, j], i)))
     layers = NonDominatedSorting().do(np.stack([-score, *log_cost.T], axis=1))
     layer_of = {int(i): depth for depth, layer in enumerate(layers) for i in layer}
     rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
@@ -551,24 +569,52 @@ def budgeted_epochs(epochs: float, seconds_left: float, step_seconds: float, ste
     return min(epochs, max(epochs / 2, math.floor(fit * 10) / 10))
 
 
-def _fit_to_budget(ctx, trainer: LockstepTrainer, seconds_left: float) -> None:
-    """Shorten a fresh finalisation schedule to the time the run's budget leaves it, timed on copies (a few
-    training steps, and scoring one net); the plan is checkpointed at once, so a resumed run keeps it."""
-    config: FinalizeConfig = ctx.config.search.finalize
-    started = time.perf_counter()
+def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_arch: float) -> int:
+    """How many archs, `archs` to `max_archs`, fit in `seconds_left` at `seconds_per_arch` each (training and
+    scoring; the lockstep step's time grows with its nets)."""
+    return max(archs, min(max_archs, math.floor(seconds_left / seconds_per_arch)))
+
+
+def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, float]:
+    """(seconds of one lockstep step, seconds of scoring all its nets), timed on copies: the training itself is
+    left untouched."""
     step_seconds = trainer.seconds_per_step()
     probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
     timed = time.perf_counter()
     _scores(ctx.task, recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last))
-    scoring = (time.perf_counter() - timed) * len(trainer.nets)
+    return step_seconds, (time.perf_counter() - timed) * len(trainer.nets)
+
+
+def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, evaluator: ArchEvaluator,
+                   seconds_left: float) -> tuple[LockstepTrainer, list[dict]]:
+    """A fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up to
+    `max_archs`) when it has time for them at the full epochs, else a shorter schedule. Returns the trainer and
+    its archs; the plan is checkpointed at once (the archs are its nets), so a resumed run keeps it."""
+    config: FinalizeConfig = ctx.config.search.finalize
+    started = time.perf_counter()
+    step_seconds, scoring = _timed(ctx, trainer)
+    if config.max_archs > len(chosen):
+        left = seconds_left - (time.perf_counter() - started)
+        per_arch = (step_seconds * round(config.epochs * trainer.steps_per_epoch) + scoring) / len(chosen)
+        wider = choose(budgeted_archs(len(chosen), config.max_archs, left, per_arch))
+        if len(wider) > len(chosen):
+            chosen = wider
+            trainer = _lockstep(ctx, chosen, evaluator, trainer.checkpoint_path)
+            step_seconds, scoring = _timed(ctx, trainer)
     left = seconds_left - (time.perf_counter() - started)
     epochs = budgeted_epochs(config.epochs, left, step_seconds, trainer.steps_per_epoch, scoring)
     trainer.shorten(epochs)
     trainer.save()
-    logger.info("run budget %g min: %.1f min left for finalisation; a lockstep step takes %.2f s, scoring about "
-                "%.0f s -> %.3g of %.3g epochs (about %.1f min)", config.run_budget_minutes, left / 60,
-                step_seconds, scoring, epochs, config.epochs,
+    logger.info("run budget %g min: %.1f min left for finalisation; %d archs, a lockstep step takes %.2f s, "
+                "scoring about %.0f s -> %.3g of %.3g epochs (about %.1f min)", config.run_budget_minutes,
+                left / 60, len(chosen), step_seconds, scoring, epochs, config.epochs,
                 (trainer.total_steps * step_seconds + scoring) / 60)
+    return trainer, chosen
+
+
+def _planned_archs(checkpoint: Path) -> int | None:
+    """The number of archs a started finalisation trains (a budget may have added some), None before it starts."""
+    return len(load_checkpoint(checkpoint)["names"]) if checkpoint.exists() else None
 
 
 def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
@@ -580,8 +626,11 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
     task, run_dir = ctx.task, ctx.run_dir
     search = ctx.config.search
     _, costs = search.finalize_scope()
-    candidates = select_spread(feasible_records(records, search), task.metric,
-                               config.screen_archs if config.screening else config.archs, costs)
+    feasible = feasible_records(records, search)
+    checkpoint = run_dir.checkpoint_dir / "finalize.pt"
+    choose = lambda n: select_spread(feasible, task.metric, n, costs)  # choose(n) holds choose(m), m < n
+    planned = None if config.screening else _planned_archs(checkpoint)
+    candidates = choose(config.screen_archs if config.screening else planned or config.archs)
     if not candidates:
         return {}
     started = time.perf_counter()
@@ -590,9 +639,6 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
     scored = {r["key"]: r for r in journal.load()}
     keys = [arch_key(r["arch"]) for r in chosen]
     if not all(k in scored for k in keys):
-        logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
-                    [r["id"] for r in chosen], config.init, config.epochs, config.kd_ratio)
-        checkpoint = run_dir.checkpoint_dir / "finalize.pt"
         if config.screening and not checkpoint.exists():  # the chosen archs continue from the screening
             screening = screening or _screening_trainer(ctx, candidates, evaluator)
             trainer = screening.continued([i for i, r in enumerate(candidates) if arch_key(r["arch"]) in keys],
@@ -601,7 +647,11 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
             fresh = not checkpoint.exists()
             trainer = _lockstep(ctx, chosen, evaluator, checkpoint)
             if fresh and seconds_left is not None:
-                _fit_to_budget(ctx, trainer, seconds_left)
+                trainer, chosen = _fit_to_budget(ctx, trainer, chosen, choose, evaluator, seconds_left)
+                keys = [arch_key(r["arch"]) for r in chosen]
+        logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
+                    [r["id"] for r in chosen], config.init, trainer.total_steps / trainer.steps_per_epoch,
+                    config.kd_ratio)
         trainer.train(progress=ctx.progress)
         calibrate = ctx.config.train.channels_last
         for record, key, net in zip(chosen, keys, trainer.nets):

@@ -12,7 +12,7 @@ from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
-from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_epochs, feasible_records, ranking_fidelity,
+from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records, ranking_fidelity,
                           select_spread)
 from nas.report import headline, read_csv
 from nas.rundir import RunDir
@@ -86,6 +86,15 @@ def test_selection_shares_its_places_among_the_costs():
     assert len(select_spread(records, "top1", 7, costs=("latency_ms", "macs"))) == 7
 
 
+def test_selection_fills_a_gap_of_one_cost_with_the_cheapest_on_the_others():
+    # (top1, latency, MACs): the ends are 0 and 1 on both costs; the widest gap is MACs' [1, 10]. Of the better
+    # half there by top-1 (3 and 4), 3 is the faster on latency; 5 is faster still but of the worse half
+    points = [(80, 1, 1), (90, 9, 10), (85, 5, 3), (85.5, 3, 3.2), (86, 4.5, 3.1), (70, 2, 3)]
+    records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
+    assert [r["id"] for r in select_spread(records, "top1", 3, costs=("latency_ms", "macs"))] == [0, 3, 1]
+    assert [r["id"] for r in select_spread(records, "top1", 3)] == [0, 4, 1]  # one cost: the best in the gap
+
+
 def test_ranking_fidelity():
     assert ranking_fidelity([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert ranking_fidelity([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
@@ -108,6 +117,10 @@ def test_config_is_validated(tmp_path):
         load_config(SMOKE, ["search.finalize.run_budget_minutes=-1"])
     with pytest.raises(ConfigError, match="run_budget_minutes: not with screening"):
         load_config(SMOKE, ["search.finalize.run_budget_minutes=20"])  # the smoke config screens
+    with pytest.raises(ConfigError, match="max_archs: must be 0 or at least archs"):
+        load_config(SMOKE, ["search.finalize.max_archs=2"])
+    with pytest.raises(ConfigError, match="max_archs: sized by the run budget"):
+        load_config(SMOKE, ["search.finalize.max_archs=5"])
 
 
 def test_budgeted_epochs():
@@ -343,16 +356,47 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     assert run.candidates.read_text() == smoke_run.candidates.read_text()
 
 
-def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
-    """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
-    finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
-    run = RunDir(tmp_path / "run")
+def test_budgeted_archs():
+    assert budgeted_archs(8, 16, 1000, 100) == 10
+    assert budgeted_archs(8, 9, 1000, 100) == 9  # at most max_archs
+    assert budgeted_archs(8, 16, 500, 100) == 8  # never under archs (the epochs shorten instead)
+
+
+def _unfinalised_copy(smoke_run, path, overrides) -> RunDir:
+    """A copy of the finished smoke run without its finalisation, its config.yaml rewritten with `overrides`."""
+    run = RunDir(path)
     shutil.copytree(smoke_run.path, run.path)
     shutil.rmtree(run.checkpoint_dir / "final")
     for name in ("finalize.pt", "finalized.jsonl", "finalized_int8.jsonl", "screen.pt", "screened.jsonl"):
         (run.checkpoint_dir / name).unlink()
-    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01"]
     run.config.write_text(config_to_yaml(load_config(run.config, overrides)))
+    return run
+
+
+def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path, caplog):
+    """Resumed under a budget with time to spare and max_archs 5, the smoke run finalises 5 archs at the full
+    epochs instead of 3; resumed once more, it keeps that plan and trains nothing again."""
+    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=600",
+                 "search.finalize.max_archs=5", "search.finalize.int8=false"]
+    run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
+    args = ["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]
+    with caplog.at_level("INFO", logger="nas.finalize"):
+        assert main(args) == 0
+    assert "5 archs, a lockstep step takes" in caplog.text and "-> 1 of 1 epochs" in caplog.text
+    final = {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""}
+    assert len(final) == 5
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nas.finalize"):
+        assert main(args) == 0
+    assert "run budget" not in caplog.text and "finalised 5 archs" in caplog.text
+    assert {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""} == final
+
+
+def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
+    """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
+    finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
+    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01"]
+    run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "run budget 0.01 min" in caplog.text and "-> 0.5 of 1 epochs" in caplog.text
