@@ -12,8 +12,8 @@ from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
-from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records, ranking_fidelity,
-                          select_spread)
+from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records,
+                          ranking_fidelity, select_spread)
 from nas.report import headline, read_csv
 from nas.rundir import RunDir
 from nas.supernet_training import TrainConfig
