@@ -24,7 +24,8 @@ schedule as without screening.
 Machines differ by several times in speed: under a run budget (`run_budget_minutes`), the schedule is shortened
 before its first step to what the run has left (`_fit_to_budget`), so a run keeps its length rather than its
 epochs; where the budget leaves time to spare at the full epochs, up to `max_archs` archs are finalised instead of
-`archs` (the issue's "K sized to the run's budget").
+`archs` (the issue's "K sized to the run's budget"), and where it still does with all of them, they train for up
+to `max_epochs`.
 
 Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the
 screening's in a file of its own), screening scores and each scored arch are journaled (a finalised arch after
@@ -91,6 +92,9 @@ class FinalizeConfig:
         max_archs: under a run budget, finalise up to this many archs when what is left fits them at the full
             `epochs` (timed like the epochs; the first `archs` of them are the archs chosen without the extra
             places); 0 = `archs` exactly. A faster machine so hands over a denser front instead of idle minutes.
+        max_epochs: under a run budget, and once `max_archs` archs fit, train them for up to this many epochs
+            when what is left fits them (0 = `epochs` at most): the minutes still idle then go to the archs'
+            accuracy.
     """
 
     archs: int = 8
@@ -105,6 +109,7 @@ class FinalizeConfig:
     int8: bool = False
     run_budget_minutes: float = 0.0
     max_archs: int = 0
+    max_epochs: float = 0.0
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -128,6 +133,10 @@ class FinalizeConfig:
             raise ValueError(f"max_archs: must be 0 or at least archs ({self.archs})")
         if self.max_archs > self.archs and not self.run_budget_minutes:
             raise ValueError("max_archs: sized by the run budget; set run_budget_minutes too")
+        if self.max_epochs and self.max_epochs < self.epochs:
+            raise ValueError(f"max_epochs: must be 0 or at least epochs ({self.epochs:g})")
+        if self.max_epochs > self.epochs and not self.run_budget_minutes:
+            raise ValueError("max_epochs: sized by the run budget; set run_budget_minutes too")
         if self.lr is not None and self.lr <= 0:
             raise ValueError("lr: must be > 0 (or null for train.lr)")
 
@@ -286,10 +295,10 @@ class LockstepTrainer:
     def done(self) -> bool:
         return self.global_step >= self.stop_step
 
-    def shorten(self, epochs: float) -> None:
+    def reschedule(self, epochs: float) -> None:
         """Make the schedule `epochs` long (its cosine then ends there); only before its first step."""
         if self.global_step:
-            raise RuntimeError("LockstepTrainer.shorten: the schedule has started")
+            raise RuntimeError("LockstepTrainer.reschedule: the schedule has started")
         self.total_steps = self.stop_step = max(1, round(epochs * self.steps_per_epoch))
 
     def seconds_per_step(self, steps: int = 10) -> float:
@@ -562,11 +571,12 @@ def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
 
 
 def budgeted_epochs(epochs: float, seconds_left: float, step_seconds: float, steps_per_epoch: int,
-                    scoring_seconds: float) -> float:
-    """The epochs, in tenths, whose training and the scoring after it fit in `seconds_left`: at most `epochs`, and
-    never under half of them (a budget spent elsewhere is exceeded rather than the archs left untrained)."""
+                    scoring_seconds: float, max_epochs: float = 0.0) -> float:
+    """The epochs, in tenths, whose training and the scoring after it fit in `seconds_left`: at most `epochs`
+    (`max_epochs` when it is more), and never under half of `epochs` (a budget spent elsewhere is exceeded
+    rather than the archs left untrained)."""
     fit = (seconds_left - scoring_seconds) / (step_seconds * steps_per_epoch)
-    return min(epochs, max(epochs / 2, math.floor(fit * 10) / 10))
+    return min(max(epochs, max_epochs), max(epochs / 2, math.floor(fit * 10) / 10))
 
 
 def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_arch: float) -> int:
@@ -588,8 +598,9 @@ def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, float]:
 def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, evaluator: ArchEvaluator,
                    seconds_left: float) -> tuple[LockstepTrainer, list[dict]]:
     """A fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up to
-    `max_archs`) when it has time for them at the full epochs, else a shorter schedule. Returns the trainer and
-    its archs; the plan is checkpointed at once (the archs are its nets), so a resumed run keeps it."""
+    `max_archs`) when it has time for them at the full epochs, and then, with all `max_archs`, a longer schedule
+    (up to `max_epochs`) if time is left; else a shorter one. Returns the trainer and its archs; the plan is
+    checkpointed at once (the archs are its nets), so a resumed run keeps it."""
     config: FinalizeConfig = ctx.config.search.finalize
     started = time.perf_counter()
     step_seconds, scoring = _timed(ctx, trainer)
@@ -602,11 +613,13 @@ def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, ev
             trainer = _lockstep(ctx, chosen, evaluator, trainer.checkpoint_path)
             step_seconds, scoring = _timed(ctx, trainer)
     left = seconds_left - (time.perf_counter() - started)
-    epochs = budgeted_epochs(config.epochs, left, step_seconds, trainer.steps_per_epoch, scoring)
-    trainer.shorten(epochs)
+    every_place = len(chosen) >= config.max_archs or len(choose(len(chosen) + 1)) == len(chosen)  # or the front's
+    longest = config.max_epochs if every_place else config.epochs
+    epochs = budgeted_epochs(config.epochs, left, step_seconds, trainer.steps_per_epoch, scoring, longest)
+    trainer.reschedule(epochs)
     trainer.save()
     logger.info("run budget %g min: %.1f min left for finalisation; %d archs, a lockstep step takes %.2f s, "
-                "scoring about %.0f s -> %.3g of %.3g epochs (about %.1f min)", config.run_budget_minutes,
+                "scoring about %.0f s -> %.3g epochs (configured: %.3g) (about %.1f min)", config.run_budget_minutes,
                 left / 60, len(chosen), step_seconds, scoring, epochs, config.epochs,
                 (trainer.total_steps * step_seconds + scoring) / 60)
     return trainer, chosen
@@ -614,7 +627,7 @@ def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, ev
 
 def _planned_archs(checkpoint: Path) -> int | None:
     """The number of archs a started finalisation trains (a budget may have added some), None before it starts."""
-    return len(load_checkpoint(checkpoint)["names"]) if checkpoint.exists() else None
+    return len(load_checkpoint(checkpoint, mmap=True)["names"]) if checkpoint.exists() else None
 
 
 def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,

@@ -53,11 +53,12 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     _atomic_replace(path, lambda f: torch.save(obj, f))
 
 
-def load_checkpoint(path: Path) -> Any:
+def load_checkpoint(path: Path, mmap: bool = False) -> Any:
     """A file written by `atomic_torch_save`; a damaged one (truncated, overwritten) is a `RunDirError` naming
-    it, not a traceback from the unpickler."""
+    it, not a traceback from the unpickler. `mmap`: tensors are mapped, read only when used (a look at a
+    checkpoint's other fields then costs no read of its weights)."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as exc:
         if isinstance(exc, FileNotFoundError):
             raise

@@ -121,6 +121,10 @@ def test_config_is_validated(tmp_path):
         load_config(SMOKE, ["search.finalize.max_archs=2"])
     with pytest.raises(ConfigError, match="max_archs: sized by the run budget"):
         load_config(SMOKE, ["search.finalize.max_archs=5"])
+    with pytest.raises(ConfigError, match="max_epochs: must be 0 or at least epochs"):
+        load_config(SMOKE, ["search.finalize.max_epochs=0.5"])
+    with pytest.raises(ConfigError, match="max_epochs: sized by the run budget"):
+        load_config(SMOKE, ["search.finalize.max_epochs=2"])
 
 
 def test_budgeted_epochs():
@@ -129,6 +133,9 @@ def test_budgeted_epochs():
     assert budgeted_epochs(3, 190, 0.5, 100, 60) == 2.6  # (190 - 60) / 50 = 2.6
     assert budgeted_epochs(3, 189, 0.5, 100, 60) == 2.5  # cut down to tenths
     assert budgeted_epochs(3, 10, 0.5, 100, 60) == 1.5  # never under half
+    assert budgeted_epochs(3, 1000, 0.5, 100, 60, max_epochs=5) == 5  # time to spare: up to max_epochs
+    assert budgeted_epochs(3, 300, 0.5, 100, 60, max_epochs=5) == 4.8
+    assert budgeted_epochs(3, 190, 0.5, 100, 60, max_epochs=5) == 2.6  # max_epochs never shortens
 
 
 class _Task:
@@ -245,7 +252,7 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
     before = [net[1].weight.detach().clone() for net in shortened.nets]
     assert shortened.seconds_per_step(steps=2) > 0
     assert all(torch.equal(b, net[1].weight) for b, net in zip(before, shortened.nets))
-    shortened.shorten(1)
+    shortened.reschedule(1)
     assert shortened.total_steps == shortened.stop_step == 8
     shortened.save()
     _train_killed_at_call(shortened, 5)
@@ -256,7 +263,7 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
     for a, b in zip(short.nets, resumed.nets):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RuntimeError, match="started"):
-        resumed.shorten(2)
+        resumed.reschedule(2)
 
 
 def test_screened_archs_continue_their_schedule(tmp_path):
@@ -374,15 +381,16 @@ def _unfinalised_copy(smoke_run, path, overrides) -> RunDir:
 
 
 def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path, caplog):
-    """Resumed under a budget with time to spare and max_archs 5, the smoke run finalises 5 archs at the full
-    epochs instead of 3; resumed once more, it keeps that plan and trains nothing again."""
+    """Resumed under a budget with time to spare, max_archs 5 and max_epochs 2, the smoke run finalises 5 archs
+    instead of 3, for 2 epochs instead of 1; resumed once more, it keeps that plan and trains nothing again."""
     overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=600",
-                 "search.finalize.max_archs=5", "search.finalize.int8=false"]
+                 "search.finalize.max_archs=5", "search.finalize.max_epochs=2", "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     args = ["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(args) == 0
-    assert "5 archs, a lockstep step takes" in caplog.text and "-> 1 of 1 epochs" in caplog.text
+    assert "5 archs, a lockstep step takes" in caplog.text and "-> 2 epochs (configured: 1)" in caplog.text
+    assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 32  # twice the smoke's 16 steps
     final = {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""}
     assert len(final) == 5
     caplog.clear()
@@ -399,7 +407,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
-    assert "run budget 0.01 min" in caplog.text and "-> 0.5 of 1 epochs" in caplog.text
+    assert "run budget 0.01 min" in caplog.text and "-> 0.5 epochs (configured: 1)" in caplog.text
     assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 8  # half of the smoke's 16 steps
     final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
     assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)
