@@ -21,11 +21,12 @@ val metric then chooses the `archs` that continue (`select_spread` again, on it)
 (Jamieson & Talwalkar 2016; Hyperband). The chosen archs continue where they stopped, so each gets the same
 schedule as without screening.
 
-Machines differ by several times in speed: under a run budget (`run_budget_minutes`), the schedule is shortened
+Machines differ by several times in speed: under a run budget (`run_budget_minutes`), the schedule is fitted
 before its first step to what the run has left (`_fit_to_budget`), so a run keeps its length rather than its
-epochs; where the budget leaves time to spare at the full epochs, up to `max_archs` archs are finalised instead of
-`archs` (the issue's "K sized to the run's budget"), and where it still does with all of them, they train for up
-to `max_epochs`.
+epochs. Where the budget leaves time to spare at the full epochs, up to `max_archs` archs are finalised instead of
+`archs` (the issue's "K sized to the run's budget"). The time is then split among the archs by their step times
+(`budgeted_epochs`): a cheap arch trains longer (up to `max_epochs`) than a costly one (down to half of
+`epochs`), since the same seconds buy it more epochs. Each net leaves the lockstep when its own schedule ends.
 
 Resuming: the lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the
 screening's in a file of its own), screening scores and each scored arch are journaled (a finalised arch after
@@ -86,15 +87,15 @@ class FinalizeConfig:
             (0 = task loss only, no teacher).
         int8: also score each finalised arch quantized to INT8 (`nas.quantize`): `final_int8_test_<metric>`.
         run_budget_minutes: the run's wall time (all its sessions) by which finalisation should have ended, its
-            scoring included: finalisation then times a few of its training steps and trains for as much of
-            `epochs` as fits in what is left (never under half of it, see `budgeted_epochs`); 0 = no budget.
+            scoring included: finalisation then times a few of its training steps and trains each arch for the
+            epochs that fit in what is left (never under half of `epochs`, see `budgeted_epochs`); 0 = no budget.
             Machines differ by several times in speed; this keeps a run's length, not its recipe.
         max_archs: under a run budget, finalise up to this many archs when what is left fits them at the full
             `epochs` (timed like the epochs; the first `archs` of them are the archs chosen without the extra
             places); 0 = `archs` exactly. A faster machine so hands over a denser front instead of idle minutes.
-        max_epochs: under a run budget, and once `max_archs` archs fit, train them for up to this many epochs
-            when what is left fits them (0 = `epochs` at most): the minutes still idle then go to the archs'
-            accuracy.
+        max_epochs: under a run budget, an arch trains for up to this many epochs (0 = `epochs` at most): the
+            budget's time is split among the archs by their step times, so cheap archs train longer than costly
+            ones (`budgeted_epochs`), and with time to spare all of them train up to `max_epochs`.
     """
 
     archs: int = 8
@@ -274,13 +275,14 @@ class LockstepTrainer:
         if self.steps_per_epoch < 1:
             raise ConfigError(f"search.finalize.batch_size: {self.batches.batch_size} is more than the "
                               f"{len(task_batches.source)} training samples")
-        self.total_steps = max(1, round(config.epochs * self.steps_per_epoch))
+        self.net_steps = [max(1, round(config.epochs * self.steps_per_epoch))] * len(nets)  # each net's schedule
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.global_step = 0
         self._pool: ThreadPoolExecutor | None = None  # threads training nets side by side (`_nets_side_by_side`)
         self.workers = 1
         self._dropouts: list[list[SeededDropout]] = []  # per net, while side by side
+        self._net_seconds: list[float] | None = None  # per net, while `time_steps` times them
         if self.checkpoint_path.exists():
             self._load()
 
@@ -292,31 +294,46 @@ class LockstepTrainer:
                                    momentum=train.momentum)
 
     @property
+    def total_steps(self) -> int:
+        """Steps of the longest schedule: the nets train in lockstep until it ends."""
+        return max(self.net_steps)
+
+    @property
     def done(self) -> bool:
         return self.global_step >= self.stop_step
 
-    def reschedule(self, epochs: float) -> None:
-        """Make the schedule `epochs` long (its cosine then ends there); only before its first step."""
+    @property
+    def net_epochs(self) -> list[float]:
+        return [steps / self.steps_per_epoch for steps in self.net_steps]
+
+    def reschedule(self, epochs: float | Sequence[float]) -> None:
+        """Make the schedule `epochs` long, or each net's its own of `epochs` (its cosine then ends there; a net
+        whose schedule has ended trains no more while the others go on); only before its first step."""
         if self.global_step:
             raise RuntimeError("LockstepTrainer.reschedule: the schedule has started")
-        self.total_steps = self.stop_step = max(1, round(epochs * self.steps_per_epoch))
+        epochs = [epochs] * len(self.nets) if isinstance(epochs, (int, float)) else list(epochs)
+        self.net_steps = [max(1, round(e * self.steps_per_epoch)) for e in epochs]
+        self.stop_step = self.total_steps
 
-    def seconds_per_step(self, steps: int = 10) -> float:
-        """Mean wall time of one lockstep step, loading its batch included, timed as `train` runs it on copies of
-        the nets (fresh optimizers, the first batches of the schedule) after two untimed steps: the training
-        itself is left untouched."""
+    def time_steps(self, steps: int = 10) -> tuple[float, list[float]]:
+        """(mean wall time of one lockstep step, loading its batch included; each net's mean time of its own
+        work in it), timed as `train` runs it on copies of the nets (fresh optimizers, the first batches of the
+        schedule) after two untimed steps: the training itself is left untouched."""
         probe = copy.copy(self)
         probe.nets = copy.deepcopy(self.nets)
         probe.optimizers = [self._optimizer(net) for net in probe.nets]
+        probe.net_steps = [steps + 2] * len(self.nets)  # every net takes every timed step
         batches = self.batches(0, 0)
         with probe._nets_side_by_side():
             for _, x, y in itertools.islice(batches, 2):
                 probe.train_step(*self._prepared(x, y))
             started, timed = time.perf_counter(), 0
+            probe._net_seconds = [0.0] * len(self.nets)
             for _, x, y in itertools.islice(batches, steps):  # fewer on a tiny split
                 probe.train_step(*self._prepared(x, y))
                 timed += 1
-        return (time.perf_counter() - started) / max(1, timed)
+        timed = max(1, timed)
+        return (time.perf_counter() - started) / timed, [seconds / timed for seconds in probe._net_seconds]
 
     def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
         """A trainer of the nets at `indices` (and their optimizers) that continues this one's schedule to its end,
@@ -325,20 +342,24 @@ class LockstepTrainer:
         kept.nets = [self.nets[i] for i in indices]
         kept.optimizers = [self.optimizers[i] for i in indices]
         kept.names = [self.names[i] for i in indices]
-        kept.checkpoint_path, kept.stop_step = Path(checkpoint_path), self.total_steps
+        kept.net_steps = [self.net_steps[i] for i in indices]
+        kept.checkpoint_path, kept.stop_step = Path(checkpoint_path), kept.total_steps
         if kept.checkpoint_path.exists():
             kept._load()
         return kept
 
-    def lr(self, step: int) -> float:
-        """Linear warm-up from 1% of the peak, then cosine to 0 over the remaining steps."""
+    def lr(self, step: int, schedule_steps: int | None = None) -> float:
+        """Linear warm-up from 1% of the peak, then cosine to 0 at `schedule_steps` (a net's schedule; default:
+        the longest)."""
         if step < self.warmup_steps:
             return self.peak_lr * (0.01 + 0.99 * step / self.warmup_steps)
-        t = (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps)
+        end = self.total_steps if schedule_steps is None else schedule_steps
+        t = (step - self.warmup_steps) / max(1, end - self.warmup_steps)
         return self.peak_lr * 0.5 * (1 + math.cos(math.pi * t))
 
     def state_dict(self) -> dict:
-        return {"global_step": self.global_step, "total_steps": self.total_steps, "names": self.names,
+        return {"global_step": self.global_step, "total_steps": self.total_steps, "net_steps": self.net_steps,
+                "names": self.names,
                 "nets": [n.state_dict() for n in self.nets], "optimizers": [o.state_dict() for o in self.optimizers]}
 
     def _load(self) -> None:
@@ -351,10 +372,10 @@ class LockstepTrainer:
         for optimizer, opt_state in zip(self.optimizers, state["optimizers"]):
             optimizer.load_state_dict(opt_state)
         self.global_step = state["global_step"]
-        planned = state.get("total_steps", self.total_steps)  # a budget may have shortened the schedule
+        planned = state.get("total_steps", self.total_steps)  # a budget may have rescheduled it: keep its plan
         if self.stop_step == self.total_steps:
             self.stop_step = planned
-        self.total_steps = planned
+        self.net_steps = state.get("net_steps", [planned] * len(self.nets))
         logger.info("resumed finalisation at step %d of %d", self.global_step, self.stop_step)
 
     def save(self) -> None:
@@ -365,15 +386,25 @@ class LockstepTrainer:
             x = x.contiguous(memory_format=torch.channels_last)
         return to_device(x, self.device), to_device(y, self.device)
 
-    def _each_net(self, fn) -> list:
-        """`fn(i)` for every net, on `workers` threads when there are several; costliest nets (the last: they come
-        sorted by latency) first, so the threads finish together."""
-        order = range(len(self.nets) - 1, -1, -1)
+    def _each_net(self, fn, indices: Sequence[int]) -> list:
+        """`fn(i)` for each net of `indices`, on `workers` threads when there are several; costliest nets (the
+        last: they come sorted by latency) first, so the threads finish together."""
+        if self._net_seconds is not None:
+            fn = self._timed_net(fn)
+        order = sorted(indices, reverse=True)
         if self._pool is not None and self.workers > 1:
             done = dict(zip(order, self._pool.map(fn, order)))
         else:
             done = {i: fn(i) for i in order}
-        return [done[i] for i in range(len(self.nets))]
+        return [done[i] for i in indices]
+
+    def _timed_net(self, fn):
+        def timed(i: int):
+            started = time.perf_counter()
+            result = fn(i)
+            self._net_seconds[i] += time.perf_counter() - started
+            return result
+        return timed
 
     def _started(self, fn, *args) -> Future:
         """`fn(*args)` on a worker thread when nets train side by side, else done here and now."""
@@ -388,7 +419,7 @@ class LockstepTrainer:
             return self.teacher(x)
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
-        """One optimizer step of every net on one batch; returns their losses.
+        """One optimizer step of every net whose schedule has not ended on one batch; returns their losses.
 
         With distillation the teacher's forward is queued first: side by side it runs beside the students'
         forwards, which wait for its outputs only at their loss."""
@@ -405,19 +436,18 @@ class LockstepTrainer:
             loss.backward()
             return loss.item()
 
-        lr = self.lr(self.global_step)
-
         def update(i: int) -> None:
             net, optimizer = self.nets[i], self.optimizers[i]
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = self.lr(self.global_step, self.net_steps[i])
             if self.train_config.grad_clip > 0:
                 nn.utils.clip_grad_norm_(net.parameters(), self.train_config.grad_clip)
             optimizer.step()
 
-        losses = self._each_net(forward_backward)
+        training = [i for i, steps in enumerate(self.net_steps) if self.global_step < steps]
+        losses = self._each_net(forward_backward, training)
         check_finite(losses, "finalisation training", self.global_step)  # before any net's update
-        self._each_net(update)
+        self._each_net(update, training)
         return losses
 
     @contextmanager
@@ -427,7 +457,7 @@ class LockstepTrainer:
         2-core AMD EPYC VM: 399 s instead of 459 s).
         A net's results then depend on no thread count or schedule. The nets' dropouts draw from generators of
         their own (`seed_dropouts`), as threads sharing torch's generator would draw in no fixed order."""
-        cores = torch.get_num_threads() if self.device.type == "cpu" else 1  # a GPU runs one net at a time anyway
+        cores = self.nets_at_once()
         def seeded(child: nn.Module) -> SeededDropout | None:
             return SeededDropout(child.p, self.device).train(child.training) if type(child) is nn.Dropout else None
 
@@ -440,6 +470,11 @@ class LockstepTrainer:
                 torch.set_num_threads(cores)
                 self._pool.shutdown()
                 self._pool, self.workers, self._dropouts = None, 1, []
+
+    def nets_at_once(self) -> int:
+        """How many nets `_nets_side_by_side` trains at once: one per torch thread on the CPU, one on a GPU (it
+        runs one net at a time anyway)."""
+        return torch.get_num_threads() if self.device.type == "cpu" else 1
 
     def _use_workers(self, n: int) -> None:
         """The thread governor's setting: `n` nets train at once (each on one thread)."""
@@ -471,6 +506,8 @@ class LockstepTrainer:
                     with governor.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
+                    if self.global_step in self.net_steps:  # nets leave the lockstep: steps of another pace
+                        governor.new_phase()
                     bar.update(1)
                     bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}")
                     if (self.global_step % self.train_config.checkpoint_every == 0 or self.done
@@ -570,13 +607,53 @@ def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
     return [r for r, k in zip(candidates, keys) if k in kept], trainer
 
 
-def budgeted_epochs(epochs: float, seconds_left: float, step_seconds: float, steps_per_epoch: int,
-                    scoring_seconds: float, max_epochs: float = 0.0) -> float:
-    """The epochs, in tenths, whose training and the scoring after it fit in `seconds_left`: at most `epochs`
-    (`max_epochs` when it is more), and never under half of `epochs` (a budget spent elsewhere is exceeded
-    rather than the archs left untrained)."""
-    fit = (seconds_left - scoring_seconds) / (step_seconds * steps_per_epoch)
-    return min(max(epochs, max_epochs), max(epochs / 2, math.floor(fit * 10) / 10))
+def planned_seconds(net_steps: Sequence[int], net_seconds: Sequence[float], step_seconds: float,
+                    workers: int) -> float:
+    """Training time of a lockstep plan whose nets stop at `net_steps`. A step costs its nets' work shared among
+    `workers` threads (the longest net's at least), plus what else a step of all nets took beyond theirs
+    (`step_seconds` as timed with all of them: loading the batch, waiting on threads)."""
+    def busy(seconds: Sequence[float]) -> float:
+        return max(sum(seconds) / workers, max(seconds))
+
+    rest = max(0.0, step_seconds - busy(net_seconds))
+    total, done = 0.0, 0
+    for end in sorted(set(net_steps)):
+        training = [c for c, steps in zip(net_seconds, net_steps) if steps >= end]
+        total += (end - done) * (rest + busy(training))
+        done = end
+    return total
+
+
+def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scoring_seconds: float,
+                    steps_per_epoch: int, step_seconds: float, net_seconds: Sequence[float],
+                    workers: int) -> list[float]:
+    """Each net's epochs, in tenths, whose training (`planned_seconds`) and the scoring after it fit in
+    `seconds_left`: at most `max(epochs, max_epochs)`, never under half of `epochs` (a budget spent elsewhere is
+    exceeded rather than the archs left untrained), and in between in inverse proportion to the square root of
+    the net's step time.
+
+    That split makes the most of the time when an arch's error falls like 1/epochs (equal gain per second at
+    the margin: e_i ~ 1/sqrt(c_i)), as the default run's archs did: 1.5 -> 2 -> 3 -> 5 epochs gained 0.6, 0.56
+    and 0.6 points of test top-1 (about 4/epochs). Its archs' steps differ 5x in time (29-142 ms, AMD EPYC VM):
+    where 3 epochs of all fill the budget, the cheap archs of the front's low end train about 5 for what the
+    costliest give up (about 2.2): the low end, where a user's small model is hardest to beat, gains most."""
+    lowest, highest = epochs / 2, max(epochs, max_epochs)
+    cheapest = min(net_seconds)
+
+    def plan(longest: float) -> list[float]:  # the cheapest net's epochs -> everyone's
+        return [min(highest, max(lowest, math.floor(longest * math.sqrt(cheapest / c) * 10 + 1e-9) / 10))
+                for c in net_seconds]
+
+    def fits(net_epochs: Sequence[float]) -> bool:
+        steps = [max(1, round(e * steps_per_epoch)) for e in net_epochs]
+        return planned_seconds(steps, net_seconds, step_seconds, workers) + scoring_seconds <= seconds_left
+
+    low, high = lowest, highest * math.sqrt(max(net_seconds) / cheapest)  # plan(high): all at `highest`
+    if fits(plan(high)) or not fits(plan(low)):
+        return plan(high) if fits(plan(high)) else plan(low)
+    for _ in range(40):  # plan(low) fits, plan(high) does not
+        low, high = ((low + high) / 2, high) if fits(plan((low + high) / 2)) else (low, (low + high) / 2)
+    return plan(low)
 
 
 def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_arch: float) -> int:
@@ -585,25 +662,30 @@ def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_
     return max(archs, min(max_archs, math.floor(seconds_left / seconds_per_arch)))
 
 
-def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, float]:
-    """(seconds of one lockstep step, seconds of scoring all its nets), timed on copies: the training itself is
-    left untouched."""
-    step_seconds = trainer.seconds_per_step()
+def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
+    """(seconds of one lockstep step, each net's seconds in it, seconds of scoring all its nets), timed on copies:
+    the training itself is left untouched."""
+    step_seconds, net_seconds = trainer.time_steps()
     probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
     timed = time.perf_counter()
     _scores(ctx.task, recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last))
-    return step_seconds, (time.perf_counter() - timed) * len(trainer.nets)
+    return step_seconds, net_seconds, (time.perf_counter() - timed) * len(trainer.nets)
+
+
+def _epochs_text(epochs: Sequence[float]) -> str:
+    low, high = min(epochs), max(epochs)
+    return f"{low:.3g} epochs" if low == high else f"{low:.3g}-{high:.3g} epochs by arch cost"
 
 
 def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, evaluator: ArchEvaluator,
                    seconds_left: float) -> tuple[LockstepTrainer, list[dict]]:
     """A fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up to
-    `max_archs`) when it has time for them at the full epochs, and then, with all `max_archs`, a longer schedule
-    (up to `max_epochs`) if time is left; else a shorter one. Returns the trainer and its archs; the plan is
-    checkpointed at once (the archs are its nets), so a resumed run keeps it."""
+    `max_archs`) when it has time for them at the full epochs, then each arch's epochs by its cost
+    (`budgeted_epochs`: up to `max_epochs`, down to half of `epochs`). Returns the trainer and its archs; the
+    plan is checkpointed at once (the archs are its nets), so a resumed run keeps it."""
     config: FinalizeConfig = ctx.config.search.finalize
     started = time.perf_counter()
-    step_seconds, scoring = _timed(ctx, trainer)
+    step_seconds, net_seconds, scoring = _timed(ctx, trainer)
     if config.max_archs > len(chosen):
         left = seconds_left - (time.perf_counter() - started)
         per_arch = (step_seconds * round(config.epochs * trainer.steps_per_epoch) + scoring) / len(chosen)
@@ -611,17 +693,18 @@ def _fit_to_budget(ctx, trainer: LockstepTrainer, chosen: list[dict], choose, ev
         if len(wider) > len(chosen):
             chosen = wider
             trainer = _lockstep(ctx, chosen, evaluator, trainer.checkpoint_path)
-            step_seconds, scoring = _timed(ctx, trainer)
+            step_seconds, net_seconds, scoring = _timed(ctx, trainer)
     left = seconds_left - (time.perf_counter() - started)
-    every_place = len(chosen) >= config.max_archs or len(choose(len(chosen) + 1)) == len(chosen)  # or the front's
-    longest = config.max_epochs if every_place else config.epochs
-    epochs = budgeted_epochs(config.epochs, left, step_seconds, trainer.steps_per_epoch, scoring, longest)
+    workers = trainer.nets_at_once()
+    epochs = budgeted_epochs(config.epochs, config.max_epochs, left, scoring, trainer.steps_per_epoch, step_seconds,
+                             net_seconds, workers)
     trainer.reschedule(epochs)
     trainer.save()
-    logger.info("run budget %g min: %.1f min left for finalisation; %d archs, a lockstep step takes %.2f s, "
-                "scoring about %.0f s -> %.3g epochs (configured: %.3g) (about %.1f min)", config.run_budget_minutes,
-                left / 60, len(chosen), step_seconds, scoring, epochs, config.epochs,
-                (trainer.total_steps * step_seconds + scoring) / 60)
+    planned = planned_seconds(trainer.net_steps, net_seconds, step_seconds, workers)
+    logger.info("run budget %g min: %.1f min left for finalisation; %d archs, a lockstep step takes %.2f s "
+                "(%.0f-%.0f ms a net), scoring about %.0f s -> %s (configured: %.3g; about %.1f min)",
+                config.run_budget_minutes, left / 60, len(chosen), step_seconds, min(net_seconds) * 1e3,
+                max(net_seconds) * 1e3, scoring, _epochs_text(epochs), config.epochs, (planned + scoring) / 60)
     return trainer, chosen
 
 
@@ -662,18 +745,17 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
             if fresh and seconds_left is not None:
                 trainer, chosen = _fit_to_budget(ctx, trainer, chosen, choose, evaluator, seconds_left)
                 keys = [arch_key(r["arch"]) for r in chosen]
-        logger.info("finalising %d archs (ids %s, %s init, %.3g epochs, kd_ratio %g)", len(chosen),
-                    [r["id"] for r in chosen], config.init, trainer.total_steps / trainer.steps_per_epoch,
-                    config.kd_ratio)
+        logger.info("finalising %d archs (ids %s, %s init, %s, kd_ratio %g)", len(chosen),
+                    [r["id"] for r in chosen], config.init, _epochs_text(trainer.net_epochs), config.kd_ratio)
         trainer.train(progress=ctx.progress)
         calibrate = ctx.config.train.channels_last
-        for record, key, net in zip(chosen, keys, trainer.nets):
+        for record, key, net, epochs in zip(chosen, keys, trainer.nets, trainer.net_epochs):
             if key in scored:
                 continue
             net = recalibrate_batchnorm(net, task.calibration_batches(), calibrate)
             plain = net.to(memory_format=torch.contiguous_format)
             atomic_torch_save(plain.state_dict(), final_weights_path(run_dir, record["id"]))
-            scored[key] = dict(_scores(task, net), key=key, id=record["id"])
+            scored[key] = dict(_scores(task, net), final_epochs=round(epochs, 3), key=key, id=record["id"])
             journal.append(scored[key])
     finals = {k: {f: v for f, v in scored[k].items() if f not in ("key", "id")} for k in keys}
     if config.int8:

@@ -13,7 +13,7 @@ from nas.cli import main
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records,
-                          ranking_fidelity, select_spread)
+                          planned_seconds, ranking_fidelity, select_spread)
 from nas.report import headline, read_csv
 from nas.rundir import RunDir
 from nas.supernet_training import TrainConfig
@@ -127,15 +127,36 @@ def test_config_is_validated(tmp_path):
         load_config(SMOKE, ["search.finalize.max_epochs=2"])
 
 
+def test_planned_seconds():
+    # two nets of 0.1 and 0.3 s on 2 threads: a step of both takes 0.3 s (the longer net), timed at 0.35 s
+    assert planned_seconds([100, 100], [0.1, 0.3], 0.35, 2) == pytest.approx(35)
+    assert planned_seconds([100, 300], [0.1, 0.3], 0.35, 2) == pytest.approx(35 + 200 * 0.35)
+    assert planned_seconds([300, 100], [0.1, 0.3], 0.35, 2) == pytest.approx(35 + 200 * 0.15)  # 0.05 s beyond work
+    # four nets of 0.2 s share 2 threads: 0.4 s a step, 0.2 s once two of them have stopped
+    assert planned_seconds([10, 10, 20, 20], [0.2] * 4, 0.4, 2) == pytest.approx(4 + 2)
+
+
 def test_budgeted_epochs():
-    # 100 steps an epoch at 0.5 s, 60 s of scoring: 3 epochs need 210 s
-    assert budgeted_epochs(3, 1000, 0.5, 100, 60) == 3
-    assert budgeted_epochs(3, 190, 0.5, 100, 60) == 2.6  # (190 - 60) / 50 = 2.6
-    assert budgeted_epochs(3, 189, 0.5, 100, 60) == 2.5  # cut down to tenths
-    assert budgeted_epochs(3, 10, 0.5, 100, 60) == 1.5  # never under half
-    assert budgeted_epochs(3, 1000, 0.5, 100, 60, max_epochs=5) == 5  # time to spare: up to max_epochs
-    assert budgeted_epochs(3, 300, 0.5, 100, 60, max_epochs=5) == 4.8
-    assert budgeted_epochs(3, 190, 0.5, 100, 60, max_epochs=5) == 2.6  # max_epochs never shortens
+    # one net, 100 steps an epoch at 0.5 s, 60 s of scoring: 3 epochs need 210 s
+    def one_net(seconds_left, max_epochs=0):
+        [epochs] = budgeted_epochs(3, max_epochs, seconds_left, 60, 100, 0.5, [0.5], 1)
+        return epochs
+
+    assert one_net(1000) == 3
+    assert one_net(190) == 2.6  # (190 - 60) / 50 = 2.6
+    assert one_net(189) == 2.5  # cut down to tenths
+    assert one_net(10) == 1.5  # never under half
+    assert one_net(1000, max_epochs=5) == 5  # time to spare: up to max_epochs
+    assert one_net(300, max_epochs=5) == 4.8
+    assert one_net(190, max_epochs=5) == 2.6  # max_epochs never shortens
+    # nets of 0.1 and 0.4 s, one thread: 3 epochs of both need 150 s; the same time trains the cheap one twice as
+    # long as the costly one (1/sqrt of their step times): 5 and 2.5 epochs
+    costs = dict(scoring_seconds=60, steps_per_epoch=100, step_seconds=0.5, net_seconds=[0.1, 0.4], workers=1)
+    assert budgeted_epochs(3, 5, 211, **costs) == [5, 2.5]
+    assert budgeted_epochs(3, 0, 210, **costs) == [3, 3]  # at most epochs: all of them fit
+    assert budgeted_epochs(3, 0, 180, **costs) == [3, 2.2]  # short of time: the costly one gives up more
+    assert budgeted_epochs(3, 5, 1000, **costs) == [5, 5]
+    assert budgeted_epochs(3, 5, 10, **costs) == [1.5, 1.5]
 
 
 class _Task:
@@ -250,7 +271,8 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
     config = FinalizeConfig(epochs=2, kd_ratio=0.0)
     shortened = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
     before = [net[1].weight.detach().clone() for net in shortened.nets]
-    assert shortened.seconds_per_step(steps=2) > 0
+    step_seconds, net_seconds = shortened.time_steps(steps=2)
+    assert step_seconds > 0 and len(net_seconds) == 2 and 0 < max(net_seconds) <= step_seconds
     assert all(torch.equal(b, net[1].weight) for b, net in zip(before, shortened.nets))
     shortened.reschedule(1)
     assert shortened.total_steps == shortened.stop_step == 8
@@ -264,6 +286,33 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RuntimeError, match="started"):
         resumed.reschedule(2)
+
+
+def test_each_net_trains_its_own_schedule(tmp_path):
+    """Nets rescheduled to epochs of their own train as if each had its schedule alone (its cosine ends at its
+    last step; it trains no further while the others go on), also when killed after the shorter one ended."""
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
+                                       checkpoint_every=3)
+
+    def trained(epochs: float, name: str) -> LockstepTrainer:
+        trainer = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=epochs, kd_ratio=0.0), 0,
+                                  tmp_path / name, ["x", "y"])
+        trainer.train(progress=False)
+        return trainer
+
+    one, two = trained(1, "one.pt"), trained(2, "two.pt")
+    config = FinalizeConfig(epochs=1.5, kd_ratio=0.0)
+    mixed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "mixed.pt", ["x", "y"])
+    mixed.reschedule([1, 2])
+    assert (mixed.net_steps, mixed.total_steps, mixed.net_epochs) == ([8, 16], 16, [1, 2])
+    mixed.save()
+    _train_killed_at_call(mixed, 12)
+    resumed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "mixed.pt", ["x", "y"])
+    assert (resumed.global_step, resumed.net_steps) == (9, [8, 16])
+    resumed.train(progress=False)
+    assert torch.equal(resumed.nets[0][1].weight, one.nets[0][1].weight)
+    assert torch.equal(resumed.nets[1][1].weight, two.nets[1][1].weight)
+    assert not torch.equal(one.nets[0][1].weight, two.nets[0][1].weight)
 
 
 def test_screened_archs_continue_their_schedule(tmp_path):
@@ -389,10 +438,11 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
     args = ["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(args) == 0
-    assert "5 archs, a lockstep step takes" in caplog.text and "-> 2 epochs (configured: 1)" in caplog.text
+    assert "5 archs, a lockstep step takes" in caplog.text and "-> 2 epochs (configured: 1;" in caplog.text
     assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 32  # twice the smoke's 16 steps
     final = {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""}
     assert len(final) == 5
+    assert {r["final_epochs"] for r in read_csv(run.candidates) if r["id"] in final} == {"2.0"}
     caplog.clear()
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(args) == 0
@@ -407,7 +457,8 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     with caplog.at_level("INFO", logger="nas.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
-    assert "run budget 0.01 min" in caplog.text and "-> 0.5 epochs (configured: 1)" in caplog.text
+    assert "run budget 0.01 min" in caplog.text and "-> 0.5 epochs (configured: 1;" in caplog.text
     assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 8  # half of the smoke's 16 steps
     final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
     assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)
+    assert all(r["final_epochs"] == "0.5" for r in final)
