@@ -323,17 +323,15 @@ class LockstepTrainer:
         probe.nets = copy.deepcopy(self.nets)
         probe.optimizers = [self._optimizer(net) for net in probe.nets]
         probe.net_steps = [steps + 2] * len(self.nets)  # every net takes every timed step
-        batches = self.batches(0, 0)
+        batches = itertools.chain.from_iterable(self.batches(epoch, 0) for epoch in itertools.count())  # tiny splits
         with probe._nets_side_by_side():
             for _, x, y in itertools.islice(batches, 2):
                 probe.train_step(*self._prepared(x, y))
-            started, timed = time.perf_counter(), 0
+            started = time.perf_counter()
             probe._net_seconds = [0.0] * len(self.nets)
-            for _, x, y in itertools.islice(batches, steps):  # fewer on a tiny split
+            for _, x, y in itertools.islice(batches, steps):
                 probe.train_step(*self._prepared(x, y))
-                timed += 1
-        timed = max(1, timed)
-        return (time.perf_counter() - started) / timed, [seconds / timed for seconds in probe._net_seconds]
+        return (time.perf_counter() - started) / steps, [seconds / steps for seconds in probe._net_seconds]
 
     def continued(self, indices: Sequence[int], checkpoint_path: Path) -> "LockstepTrainer":
         """A trainer of the nets at `indices` (and their optimizers) that continues this one's schedule to its end,
@@ -359,8 +357,8 @@ class LockstepTrainer:
 
     def state_dict(self) -> dict:
         return {"global_step": self.global_step, "total_steps": self.total_steps, "net_steps": self.net_steps,
-                "names": self.names,
-                "nets": [n.state_dict() for n in self.nets], "optimizers": [o.state_dict() for o in self.optimizers]}
+                "names": self.names, "nets": [n.state_dict() for n in self.nets],
+                "optimizers": [o.state_dict() for o in self.optimizers]}
 
     def _load(self) -> None:
         state = load_checkpoint(self.checkpoint_path)
@@ -638,6 +636,7 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
     where 3 epochs of all fill the budget, the cheap archs of the front's low end train about 5 for what the
     costliest give up (about 2.2): the low end, where a user's small model is hardest to beat, gains most."""
     lowest, highest = epochs / 2, max(epochs, max_epochs)
+    net_seconds = [max(c, 1e-9) for c in net_seconds]  # a net too quick for the clock
     cheapest = min(net_seconds)
 
     def plan(longest: float) -> list[float]:  # the cheapest net's epochs -> everyone's

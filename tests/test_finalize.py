@@ -157,6 +157,7 @@ def test_budgeted_epochs():
     assert budgeted_epochs(3, 0, 180, **costs) == [3, 2.2]  # short of time: the costly one gives up more
     assert budgeted_epochs(3, 5, 1000, **costs) == [5, 5]
     assert budgeted_epochs(3, 5, 10, **costs) == [1.5, 1.5]
+    assert budgeted_epochs(3, 5, 1000, 60, 100, 0.001, [0.0, 0.001], 1) == [5, 5]  # a net too quick for the clock
 
 
 class _Task:
