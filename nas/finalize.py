@@ -632,9 +632,9 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
 
     That split makes the most of the time when an arch's error falls like 1/epochs (equal gain per second at
     the margin: e_i ~ 1/sqrt(c_i)), as the default run's archs did: 1.5 -> 2 -> 3 -> 5 epochs gained 0.6, 0.56
-    and 0.6 points of test top-1 (about 4/epochs). Its archs' steps differ 5x in time (29-142 ms, AMD EPYC VM):
-    where 3 epochs of all fill the budget, the cheap archs of the front's low end train about 5 for what the
-    costliest give up (about 2.2): the low end, where a user's small model is hardest to beat, gains most."""
+    and 0.6 points of test top-1 (about 4/epochs). Its archs' steps differ 5-6x in time (30-190 ms a net in the
+    lockstep, AMD EPYC VM): where 3.6 epochs of all 8 fit the budget, they got 2.8-5, where 2.6 did, 1.8-4.4
+    (README, "Search quality, measured"): the low end, where a user's small model is hardest to beat, gains most."""
     lowest, highest = epochs / 2, max(epochs, max_epochs)
     net_seconds = [max(c, 1e-9) for c in net_seconds]  # a net too quick for the clock
     cheapest = min(net_seconds)
@@ -648,8 +648,10 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
         return planned_seconds(steps, net_seconds, step_seconds, workers) + scoring_seconds <= seconds_left
 
     low, high = lowest, highest * math.sqrt(max(net_seconds) / cheapest)  # plan(high): all at `highest`
-    if fits(plan(high)) or not fits(plan(low)):
-        return plan(high) if fits(plan(high)) else plan(low)
+    if fits(plan(high)):
+        return plan(high)
+    if not fits(plan(low)):
+        return plan(low)
     for _ in range(40):  # plan(low) fits, plan(high) does not
         low, high = ((low + high) / 2, high) if fits(plan((low + high) / 2)) else (low, (low + high) / 2)
     return plan(low)

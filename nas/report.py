@@ -21,7 +21,7 @@ __all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "buil
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
                      "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "final_int8_test_{metric}",
-                     "is_final_pareto")
+                     "final_epochs", "is_final_pareto")
 
 
 def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float],

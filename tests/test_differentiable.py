@@ -292,7 +292,7 @@ def test_differentiable_run_end_to_end(tmp_path):
     rows = read_csv(run.candidates)
     assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
                              "macs", "is_pareto", "final_top1", "final_test_top1", "final_int8_test_top1",
-                             "is_final_pareto", "expected_latency_ms"]
+                             "final_epochs", "is_final_pareto", "expected_latency_ms"]
     assert [int(r["generation"]) for r in rows] == [1, 2] and [int(r["id"]) for r in rows] == [0, 1]
     for row in rows:
         assert float(row["expected_latency_ms"]) > 0 and float(row["top1"]) > 20  # 10 classes: chance is 10%

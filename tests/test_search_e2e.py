@@ -21,9 +21,10 @@ def test_run_directory_contents(smoke_run):
     rows = read_csv(smoke_run.candidates)
     assert list(rows[0]) == ["id", "generation", "arch", "top1", "test_top1", "latency_ms", "cost_model", "params",
                              "macs", "is_pareto", "final_top1", "final_test_top1", "final_int8_test_top1",
-                             "is_final_pareto"]
+                             "final_epochs", "is_final_pareto"]
     # the smoke config scores the finalised archs in INT8 too (search.finalize.int8)
     assert all((r["final_int8_test_top1"] != "") == (r["final_top1"] != "") for r in rows)
+    assert all((r["final_epochs"] != "") == (r["final_top1"] != "") for r in rows)
     assert [int(r["id"]) for r in rows] == list(range(len(rows)))
     assert len({r["arch"] for r in rows}) == len(rows) >= 16  # every evaluated arch once
     mask = pareto_mask([float(r["top1"]) for r in rows], [float(r["latency_ms"]) for r in rows])
