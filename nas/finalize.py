@@ -632,9 +632,10 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
 
     That split makes the most of the time when an arch's error falls like 1/epochs (equal gain per second at
     the margin: e_i ~ 1/sqrt(c_i)), as the default run's archs did: 1.5 -> 2 -> 3 -> 5 epochs gained 0.6, 0.56
-    and 0.6 points of test top-1 (about 4/epochs). Its archs' steps differ 5-6x in time (30-190 ms a net in the
-    lockstep, AMD EPYC VM): where 3.6 epochs of all 8 fit the budget, they got 2.8-5, where 2.6 did, 1.8-4.4
-    (README, "Search quality, measured"): the low end, where a user's small model is hardest to beat, gains most."""
+    and 0.6 points of test top-1 (about 4/epochs). Its archs' steps differ about 5x in time (46-214 ms a net in
+    the lockstep, AMD EPYC VM of 2026-12-03): where the budget fit 14 archs, they got 2.5-5 epochs, and the low
+    end, where a user's small model is hardest to beat, gained 0.4-0.8 points over 3 epochs each (README,
+    "Search quality, measured")."""
     lowest, highest = epochs / 2, max(epochs, max_epochs)
     net_seconds = [max(c, 1e-9) for c in net_seconds]  # a net too quick for the clock
     cheapest = min(net_seconds)
@@ -756,7 +757,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
             net = recalibrate_batchnorm(net, task.calibration_batches(), calibrate)
             plain = net.to(memory_format=torch.contiguous_format)
             atomic_torch_save(plain.state_dict(), final_weights_path(run_dir, record["id"]))
-            scored[key] = dict(_scores(task, net), final_epochs=round(epochs, 3), key=key, id=record["id"])
+            scored[key] = dict(_scores(task, net), final_epochs=round(epochs, 2), key=key, id=record["id"])
             journal.append(scored[key])
     finals = {k: {f: v for f, v in scored[k].items() if f not in ("key", "id")} for k in keys}
     if config.int8:
