@@ -5,13 +5,15 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
 * `standalone`: a network trained from scratch with the run's training recipe and step budget (`train` section,
   the same batches), no weight sharing: an arch of the space (`arch: largest | smallest | {...}`), or an arch
   outside the space's ranges for families that build reference networks (e.g. the EDSR-baseline, 16 blocks x
-  64 channels). Training checkpoints under checkpoint/, so an interrupted run resumes it.
+  64 channels). `epochs:` or `train_steps:` in the entry replaces the recipe's budget for that network alone
+  (e.g. the supernet's epochs plus finalisation's, the training a finalised arch got). Training checkpoints
+  under checkpoint/, so an interrupted run resumes it.
 * `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
 * `reference` (classification): a torchvision network, `network: mobilenet_v2` (with `width:`, its multiplier,
   default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
   grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is
-  (the run's recipe and step budget, checkpointed under checkpoint/). `epochs:` or `train_steps:` in the entry
-  replaces the recipe's budget for that network alone (the schedule is stretched to it). The trained weights and
+  (the run's recipe and step budget, or the entry's `epochs:` / `train_steps:`, checkpointed under checkpoint/;
+  the schedule is stretched to the entry's budget). The trained weights and
   scores are cached across runs (`nas.baseline_cache`: `$VPUNAS_CACHE`, else ~/.cache/vpunas/baselines), so a
   run with the same data settings, recipe, seed and input shape does not train it again. The network is costed
   whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`).
@@ -125,8 +127,9 @@ def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
 
 
 def _check_standalone(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "arch"})
+    _check_keys(spec, {"name", "type", "arch", "epochs", "train_steps"})
     _standalone_network(ctx, spec)
+    _baseline_recipe(ctx, spec)
 
 
 def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) -> tuple[nn.Module, int]:
@@ -141,7 +144,7 @@ def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) ->
 
 def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch, net, blocks, origin = _standalone_network(ctx, spec)
-    model, steps = _train_from_scratch(ctx, spec, net, ctx.config.train)
+    model, steps = _train_from_scratch(ctx, spec, net, _baseline_recipe(ctx, spec))
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
@@ -165,7 +168,7 @@ def _reference_network(ctx, spec: dict) -> dict:
     return {"network": spec["network"]}
 
 
-def _reference_recipe(ctx, spec: dict) -> TrainConfig:
+def _baseline_recipe(ctx, spec: dict) -> TrainConfig:
     """The run's recipe, with the entry's own `epochs` or `train_steps` budget when it gives one."""
     where = f"baselines[{spec['name']}]"
     if "epochs" in spec and "train_steps" in spec:
@@ -186,7 +189,7 @@ def _reference_recipe(ctx, spec: dict) -> TrainConfig:
 def _check_reference(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type", "network", "width", "epochs", "train_steps"})
     network = _reference_network(ctx, spec)
-    _reference_recipe(ctx, spec)
+    _baseline_recipe(ctx, spec)
     block = reference_block(network["network"], ctx.task.input_shape, ctx.task.num_classes, network.get("width"))
     try:
         ctx.cost_model.check_covers([block])
@@ -199,7 +202,7 @@ def _check_reference(ctx, spec: dict) -> None:
 def _reference(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     network = _reference_network(ctx, spec)
     name, width, task, seed = network["network"], network.get("width"), ctx.task, ctx.config.seed
-    recipe = _reference_recipe(ctx, spec)
+    recipe = _baseline_recipe(ctx, spec)
     cache = BaselineCache()
     key = cache_key(network, task.input_shape, task.num_classes, ctx.config.task, recipe, seed)
 

@@ -51,6 +51,7 @@ def test_baselines_bicubic_and_edsr_beside_the_front(sr_run):
     assert float(edsr["latency_ms"]) > float(bicubic["latency_ms"]) > 0
     assert "trained from scratch" in edsr["note"] and "outside the space" in edsr["note"]
     assert "arch of the space" in baselines["smallest-standalone"]["note"]
+    assert "(20 steps" in edsr["note"] and "(30 steps" in baselines["smallest-standalone"]["note"]  # its own budget
     assert baselines["largest"]["note"] == "subnet with inherited weights" and baselines["largest"]["test_ssim"]
     assert (sr_run.checkpoint_dir / "baseline_EDSR-baseline.pt").exists()
     page = sr_run.report_html.read_text()
@@ -107,6 +108,8 @@ def test_baseline_config_errors_name_the_baseline(tmp_path):
         standalone(ctx, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*needs an arch"):
         standalone(ctx, {"name": "bad", "type": "standalone"})
+    with pytest.raises(ConfigError, match=r"baselines\[bad\]\.train_steps: expected a whole number"):
+        standalone(ctx, {"name": "bad", "type": "standalone", "arch": "smallest", "train_steps": 0})
     with pytest.raises(ConfigError, match=r"baselines\[b\]: unknown keys \['arch'\]"):
         bicubic(ctx, {"name": "b", "type": "bicubic", "arch": "largest"})
     ctx.task = SimpleNamespace(metric="top1")
