@@ -649,10 +649,11 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
         return planned_seconds(steps, net_seconds, step_seconds, workers) + scoring_seconds <= seconds_left
 
     low, high = lowest, highest * math.sqrt(max(net_seconds) / cheapest)  # plan(high): all at `highest`
-    if fits(plan(high)):
-        return plan(high)
-    if not fits(plan(low)):
-        return plan(low)
+    longest, shortest = plan(high), plan(low)
+    if fits(longest):
+        return longest
+    if not fits(shortest):
+        return shortest
     for _ in range(40):  # plan(low) fits, plan(high) does not
         low, high = ((low + high) / 2, high) if fits(plan((low + high) / 2)) else (low, (low + high) / 2)
     return plan(low)
