@@ -5,9 +5,10 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
 * `standalone`: a network trained from scratch with the run's training recipe and step budget (`train` section,
   the same batches), no weight sharing: an arch of the space (`arch: largest | smallest | {...}`), or an arch
   outside the space's ranges for families that build reference networks (e.g. the EDSR-baseline, 16 blocks x
-  64 channels). `epochs:` or `train_steps:` in the entry replaces the recipe's budget for that network alone
-  (e.g. the supernet's epochs plus finalisation's, the training a finalised arch got). Training checkpoints
-  under checkpoint/, so an interrupted run resumes it.
+  64 channels); either starts from the fresh weights a network of its size gets (`SearchSpace.fresh_network`),
+  as a `scratch` finalisation's archs do. `epochs:` or `train_steps:` in the entry replaces the recipe's budget
+  for that network alone (e.g. the epochs of a `scratch` finalisation, so that the baselines train as long as
+  the finalised archs). Training checkpoints under checkpoint/, so an interrupted run resumes it.
 * `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
 * `reference` (classification): a torchvision network, `network: mobilenet_v2` (with `width:`, its multiplier,
   default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
@@ -123,7 +124,7 @@ def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
         except ArchError as exc:
             raise ConfigError(f"{where}: {exc}") from None
         return spec["arch"], net, blocks, "reference network outside the space"
-    return arch, ctx.space.build_supernet().extract(arch), ctx.space.blocks(arch), "arch of the space"
+    return arch, ctx.space.fresh_network(arch), ctx.space.blocks(arch), "arch of the space"
 
 
 def _check_standalone(ctx, spec: dict) -> None:
@@ -149,7 +150,7 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
-            "note": f"{origin}, trained from scratch ({steps} steps, the supernet's recipe)"}
+            "note": f"{origin}, trained from scratch ({steps} steps, the run's recipe)"}
 
 
 def _reference_network(ctx, spec: dict) -> dict:
@@ -225,7 +226,7 @@ def _reference(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     return {"arch": network, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
             "note": f"{describe_reference(name, task.input_shape, width)}, trained from scratch ({steps} steps, the "
-                    "supernet's recipe)"}
+                    "run's recipe)"}
 
 
 def _check_bicubic(ctx, spec: dict) -> None:

@@ -2,10 +2,11 @@
 
 Inherited weights rank archs; they are not what a user deploys. After the search, `archs` archs spread over
 the cost range of the front (`select_spread`) are trained further as standalone networks, from their
-inherited weights (`init: inherited`, fine-tuning as in Once-for-All) or from fresh weights (`init: scratch`),
-optionally with knowledge distillation from the supernet's largest arch (`kd_ratio`; Hinton et al. 2015; OFA,
-BigNAS). The default configs distil nothing: fine-tuned students overtake the inherited teacher, which then
-holds them back (measured in both default runs). All of them train in lockstep on the same batches, so each
+inherited weights (`init: inherited`, fine-tuning as in Once-for-All) or from fresh weights (`init: scratch`:
+`SearchSpace.fresh_network`'s, as a from-scratch baseline starts, so that both train by one recipe), optionally
+with knowledge distillation from the supernet's largest arch (`kd_ratio`; Hinton et al. 2015; OFA, BigNAS).
+The default configs distil nothing: trained students overtake the inherited teacher, which then holds them back
+(measured in both default runs). All of them train in lockstep on the same batches, so each
 batch and the teacher's output on it are computed once for all students; on the CPU the students train side by
 side, one per thread, the teacher's forward beside theirs (`LockstepTrainer._nets_side_by_side`).
 
@@ -564,8 +565,7 @@ def _lockstep(ctx, records: Sequence[dict], evaluator: ArchEvaluator, checkpoint
     if config.init == "inherited":
         nets = [evaluator.subnet(r["arch"]) for r in records]
     else:
-        fresh = ctx.space.build_supernet()
-        nets = [fresh.extract(r["arch"]) for r in records]
+        nets = [ctx.space.fresh_network(r["arch"]) for r in records]
     teacher = evaluator.subnet(ctx.space.largest()).eval() if config.kd_ratio > 0 else None
     if teacher is not None:
         teacher.requires_grad_(False)

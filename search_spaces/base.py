@@ -129,6 +129,13 @@ class SearchSpace(ABC):
     def gene_upper_bounds(self) -> np.ndarray:
         return np.array([len(c.values) - 1 for c in self.choices], dtype=np.int64)
 
+    def fresh_network(self, arch: dict) -> nn.Module:
+        """A standalone network of `arch` with fresh weights: what a from-scratch baseline and a `scratch`
+        finalisation train. By default the arch extracted from a new supernet; a family whose supernet
+        initialisation depends on the largest weights' sizes overrides it, so that a network starts as one of
+        its own size would."""
+        return self.build_supernet().extract(self.validate(arch))
+
     def sample(self, rng: np.random.Generator) -> dict:
         return self.decode([rng.integers(len(c.values)) for c in self.choices])
 

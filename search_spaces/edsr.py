@@ -330,6 +330,11 @@ class EdsrSpace(SearchSpace):
     def build_supernet(self) -> EdsrSupernet:
         return EdsrSupernet(self)
 
+    def fresh_network(self, arch: dict) -> Edsr:
+        """PyTorch's default initialisation for the arch's own sizes, as a from-scratch EDSR gets (a conv sliced
+        from a new supernet starts scaled for the largest width and kernel: several times smaller)."""
+        return self.reference_network(self.validate(arch))[0]
+
     def reference_network(self, arch: dict) -> tuple[Edsr, list[Block]]:
         """A freshly initialised EDSR of `arch` whose sizes may lie outside the searched ranges (a reference
         baseline such as the EDSR-baseline: 16 blocks x 64 channels), and its cost blocks.

@@ -152,3 +152,20 @@ def test_reference_network_may_lie_outside_the_ranges():
         space.reference_network(dict(arch, kernel=[3] * 4))
     with pytest.raises(ArchError, match="keys"):
         space.reference_network({"blocks": 2})
+
+
+def test_fresh_network_starts_as_a_network_of_its_own_size():
+    space = small_space()
+    arch = {"blocks": 2, "channels": 8, "kernel": [3, 3], "res_scale": 1.0, "global_skip": "bicubic",
+            "upsampler": "subpixel"}
+    torch.manual_seed(0)
+    fresh, sliced = space.fresh_network(arch), space.build_supernet().extract(arch)
+    # the same modules and shapes (a finalised arch's weights load into the extracted subnet) ...
+    assert {k: v.shape for k, v in fresh.state_dict().items()} == {k: v.shape for k, v in sliced.state_dict().items()}
+    # ... but PyTorch's default bound 1/sqrt(fan in) for its own 8 x 3 x 3 inputs, not the supernet's 16 x 5 x 5
+    w, w_sliced = fresh.blocks[0].conv1.weight, sliced.blocks[0].conv1.weight
+    bound = 1 / (8 * 3 * 3) ** 0.5
+    assert 0.8 * bound < w.abs().max() <= bound and w_sliced.abs().max() <= 1 / (16 * 5 * 5) ** 0.5 < 0.5 * bound
+    assert fresh(torch.randn(1, *INPUT)).shape == (1, 3, 24, 32)
+    with pytest.raises(ArchError, match="channels"):
+        space.fresh_network(dict(arch, channels=24))
