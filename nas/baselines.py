@@ -14,9 +14,9 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
   default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
   grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is
   (the run's recipe and step budget, or the entry's `epochs:` / `train_steps:`, checkpointed under checkpoint/;
-  the schedule is stretched to the entry's budget). The trained weights and
-  scores are cached across runs (`nas.baseline_cache`: `$VPUNAS_CACHE`, else ~/.cache/vpunas/baselines), so a
-  run with the same data settings, recipe, seed and input shape does not train it again. The network is costed
+  the schedule is stretched to the entry's budget). The trained weights and scores are cached across runs
+  (`nas.baseline_cache`: `$VPUNAS_CACHE`, else ~/.cache/vpunas/baselines), so a run with the same data settings,
+  recipe, seed and input shape does not train it again. The network is costed
   whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`).
   For example:
 
