@@ -57,9 +57,11 @@ def arch_summary(arch: dict) -> str:
         return (f"depth {'-'.join(map(str, arch['depth']))}; width x{_nums(arch['width'])}; "
                 f"expand {'|'.join(_nums(e) for e in arch['expand'])}")
     if family == "edsr":
-        return (f"{arch['blocks']} blocks x {arch['channels']} ch; kernel {_nums(arch['kernel'])}; "
-                f"res_scale {arch.get('res_scale', 1):g}; skip {arch.get('global_skip', 'none')}; "
-                f"upsampler {arch.get('upsampler', 'edsr')}")
+        body = (f"{arch['blocks']} plain layers" if arch.get("block") == "plain" else
+                f"{arch['blocks']} blocks")
+        scaling = "" if arch.get("block") == "plain" else f"res_scale {arch.get('res_scale', 1):g}; "
+        return (f"{body} x {arch['channels']} ch; kernel {_nums(arch['kernel'])}; {scaling}"
+                f"skip {arch.get('global_skip', 'none')}; upsampler {arch.get('upsampler', 'edsr')}")
     return json.dumps(arch, sort_keys=True, separators=(",", ":"))
 
 
@@ -107,9 +109,10 @@ def _edsr(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
     scale = arch["channels"] / widest
     boxes = [_Box(f"k{k}", scale, k) for k in arch["kernel"]]
     boxes += [_Box("", scale, ghost=True) for _ in range(max(space.get("depths") or [0]) - arch["blocks"])]
+    body = (f"{arch['blocks']} plain layers x {arch['channels']} ch" if arch.get("block") == "plain" else
+            f"{arch['blocks']} residual blocks x {arch['channels']} ch · res_scale {arch.get('res_scale', 1):g}")
     return [("head conv", [_Box("k3", scale)]),
-            (f"{arch['blocks']} residual blocks x {arch['channels']} ch · res_scale {arch.get('res_scale', 1):g}",
-             boxes),
+            (body, boxes),
             (f"upsampler {arch.get('upsampler', 'edsr')} · skip {arch.get('global_skip', 'none')}",
              [_Box(f"x{space['scale']}" if "scale" in space else "up", 1.0)])]
 

@@ -13,13 +13,23 @@ then a 3x3 conv to RGB at the output resolution), `subpixel` is ESPCN's (Shi et 
 r^2 x 3 channels and a pixel shuffle straight to RGB. At small widths EDSR's upsampler and its full-resolution
 tail cost the VPU more than the whole body (VPU 2.7, 360x640 input, 16 channels: 2.7 + 1.2 ms of 6.3 ms).
 
+The body is searched too (`block_types`): `res` is EDSR's residual block, `plain` a single conv opened by a
+ReLU (x -> conv(relu(x)), FSRCNN / ESPCN's plain chain, with no long skip and no body-end conv). On the DPU a
+plain layer is one conv with the ReLU fused: no eltwise add, which at these widths costs as much as a conv
+(VPU 2.7, 360x640, 32 channels: six plain layers cost 9.3 ms, three residual blocks 15.3 ms with the same
+sub-pixel output and skip). A plain body collapses under Adam when it starts with a random output; it trains
+when its output starts at zero (below), and 8 layers already collapse at times, so list its depths short.
+
 Optionally (`global_skips: [bicubic]`) the network adds a bicubic upscaling of its input to its output and so
 learns the residual over bicubic, VDSR's global residual learning (Kim et al., CVPR 2016): on a short training
 budget that converges much faster. EDSR itself has no such skip (`none`). On the device it is one interpolation
-layer and one add at the output resolution, both costed.
+layer and one add at the output resolution, both costed. With the skip, the output conv starts at zero: every
+arch starts as bicubic upscaling, and a plain body then trains instead of collapsing (Goyal et al.'s
+zero-initialised last layer of a residual branch, 2017).
 
 An arch: {"blocks": n, "channels": c, "kernel": [k per active block], "res_scale": r, "global_skip": s,
-"upsampler": u} (an arch without "upsampler", written before it was searched, has EDSR's).
+"upsampler": u, "block": b} (an arch without "upsampler" or "block", written before they were searched, has
+EDSR's). A plain body has no residual scaling: its archs carry the space's largest `res_scale`.
 """
 from __future__ import annotations
 
@@ -38,12 +48,14 @@ from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .elastic import ElasticConv2d
 
 __all__ = ["EdsrSpaceConfig", "EdsrSpace", "EdsrSupernet", "Edsr", "ResBlock", "SkipConv", "Upsampler",
-           "SubpixelOutput", "BicubicSkip", "build_edsr", "network_blocks", "GLOBAL_SKIPS", "UPSAMPLERS"]
+           "SubpixelOutput", "BicubicSkip", "PlainLayer", "build_edsr", "network_blocks", "GLOBAL_SKIPS", "UPSAMPLERS",
+           "BLOCK_TYPES"]
 
 SCALES = (2, 3, 4)
 GLOBAL_SKIPS = ("none", "bicubic")  # cheapest first
 UPSAMPLERS = ("subpixel", "edsr")  # cheapest first
-ARCH_KEYS = ("blocks", "channels", "kernel", "res_scale", "global_skip", "upsampler")
+BLOCK_TYPES = ("plain", "res")  # cheapest first
+ARCH_KEYS = ("blocks", "channels", "kernel", "res_scale", "global_skip", "upsampler", "block")
 
 
 @dataclass
@@ -59,6 +71,9 @@ class EdsrSpaceConfig:
             one supernet must serve two different targets: list one unless that is the point.
         upsamplers: `edsr` (EDSR's upsampler and tail conv) and / or `subpixel` (ESPCN's: one conv and a pixel
             shuffle straight to RGB).
+        block_types: `res` (EDSR's residual blocks, the long skip and the body-end conv) and / or `plain`
+            (`blocks` convs, each opened by a ReLU; no long skip). The two bodies share the head and the output,
+            not their weights.
     """
 
     type: str = "edsr"
@@ -69,6 +84,7 @@ class EdsrSpaceConfig:
     res_scales: list[float] = field(default_factory=lambda: [0.1, 1.0])
     global_skips: list[str] = field(default_factory=lambda: ["none"])
     upsamplers: list[str] = field(default_factory=lambda: ["edsr"])
+    block_types: list[str] = field(default_factory=lambda: ["res"])
 
 
 # ------------------------------------------------------------------------------------------ static modules
@@ -86,6 +102,24 @@ class ResBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.conv2(self.act(self.conv1(x)))
+
+
+class PlainLayer(nn.Module):
+    """relu(x) -> conv: one layer of a plain body (deployed, the ReLU runs fused into the conv before it)."""
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__()
+        self.act, self.conv = nn.ReLU(), _conv(channels, channels, kernel_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(self.act(x))
+
+
+def _plain_layer_cost(channels: int, kernel_size: int) -> nn.Module:
+    """A plain layer as a cost block: its conv with a ReLU fused. Deployed, the ReLUs sit one conv earlier (the
+    head's output carries the first, the last conv none): the same count of the same convs, and a fused ReLU
+    costs the DPU nothing (VPUNN: equal latencies), while blocks stay independent of the depth."""
+    return nn.Sequential(_conv(channels, channels, kernel_size), nn.ReLU())
 
 
 class SkipConv(nn.Module):
@@ -138,10 +172,10 @@ class SubpixelOutput(nn.Sequential):
 
 
 class Edsr(nn.Module):
-    """A standalone network of the family: head, residual blocks, body end with the long skip, upsampler, tail,
-    and optionally the global bicubic skip."""
+    """A standalone network of the family: head, body (residual blocks, then the body end with the long skip;
+    or plain layers, with neither: `body_end` None), upsampler, tail, and optionally the global bicubic skip."""
 
-    def __init__(self, head: nn.Module, blocks: list[nn.Module], body_end: nn.Module, upsampler: nn.Module,
+    def __init__(self, head: nn.Module, blocks: list[nn.Module], body_end: nn.Module | None, upsampler: nn.Module,
                  tail: nn.Module, skip: BicubicSkip | None = None):
         super().__init__()
         self.head, self.blocks, self.body_end = head, nn.Sequential(*blocks), body_end
@@ -149,14 +183,20 @@ class Edsr(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.head(x)
-        out = self.tail(self.upsampler(self.body_end(self.blocks(h)) + h))
+        body = self.blocks(h) if self.body_end is None else self.body_end(self.blocks(h)) + h
+        out = self.tail(self.upsampler(body))
         return out if self.skip is None else out + self.skip(x)
+
+    def output_conv(self) -> nn.Conv2d:
+        """The conv that writes the RGB output (or its sub-pixel phases)."""
+        return self.upsampler[0] if isinstance(self.tail, nn.Identity) else self.tail
 
 
 def build_edsr(*, scale: int, blocks: int, channels: int, kernel_size: int | list[int] = 3,
-               global_skip: str = "none", upsampler: str = "edsr", in_channels: int = 3,
+               global_skip: str = "none", upsampler: str = "edsr", block: str = "res", in_channels: int = 3,
                out_channels: int = 3) -> Edsr:
-    """A freshly initialised EDSR of any size (e.g. EDSR-baseline: 16 blocks, 64 channels, 3x3 kernels).
+    """A freshly initialised EDSR of any size (e.g. EDSR-baseline: 16 blocks, 64 channels, 3x3 kernels):
+    PyTorch's default initialisation, except the output conv of a network with the bicubic skip (zero).
 
     Residual scaling is not a parameter: it is a constant factor on the blocks' second conv.
     """
@@ -170,12 +210,27 @@ def build_edsr(*, scale: int, blocks: int, channels: int, kernel_size: int | lis
         raise ArchError(f"global_skip: {global_skip!r} is not one of {list(GLOBAL_SKIPS)}")
     if upsampler not in UPSAMPLERS:
         raise ArchError(f"upsampler: {upsampler!r} is not one of {list(UPSAMPLERS)}")
+    if block not in BLOCK_TYPES:
+        raise ArchError(f"block: {block!r} is not one of {list(BLOCK_TYPES)}")
     if upsampler == "edsr":
         up, tail = Upsampler(channels, scale), _conv(channels, out_channels, 3)
     else:
         up, tail = SubpixelOutput(channels, scale, out_channels), nn.Identity()
-    return Edsr(_conv(in_channels, channels, 3), [ResBlock(channels, k) for k in kernels], _conv(channels, channels, 3),
-                up, tail, BicubicSkip(scale) if global_skip == "bicubic" else None)
+    if block == "res":
+        body, body_end = [ResBlock(channels, k) for k in kernels], _conv(channels, channels, 3)
+    else:
+        body, body_end = [PlainLayer(channels, k) for k in kernels], None
+    net = Edsr(_conv(in_channels, channels, 3), body, body_end, up, tail,
+               BicubicSkip(scale) if global_skip == "bicubic" else None)
+    if global_skip == "bicubic":
+        _zero_(net.output_conv())
+    return net
+
+
+def _zero_(conv: nn.Module) -> None:
+    with torch.no_grad():
+        conv.weight.zero_()
+        conv.bias.zero_()
 
 
 # ------------------------------------------------------------------------------------------ elastic modules
@@ -206,6 +261,24 @@ class ElasticResBlock(nn.Module):
         return block
 
 
+class ElasticPlainLayer(nn.Module):
+    """A plain layer whose width (from its input) and kernel are set by `set_active`."""
+
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__()
+        self.conv = ElasticConv2d(channels, channels, kernel_size, bias=True)
+        self.kernel_size = kernel_size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.relu(x), out_channels=x.shape[1], kernel_size=self.kernel_size)
+
+    @torch.no_grad()
+    def extract(self, channels: int) -> PlainLayer:
+        layer = PlainLayer(channels, self.kernel_size)
+        layer.conv = self.conv.export(channels, channels, self.kernel_size)
+        return layer
+
+
 class EdsrSupernet(Supernet):
     def __init__(self, space: "EdsrSpace"):
         super().__init__()
@@ -218,30 +291,42 @@ class EdsrSupernet(Supernet):
         self.stages = [2, 2] if cfg.scale == 4 else [cfg.scale]
         self.upsampler = nn.ModuleList(ElasticConv2d(c, r * r * c, 3, bias=True) for r in self.stages)
         self.tail = ElasticConv2d(c, space.num_outputs, 3, bias=True)
-        if "subpixel" in space.upsamplers:  # only then: supernets without the choice keep their state dict
+        # only when searched: supernets without the choice keep their state dict
+        if "subpixel" in space.upsamplers:
             self.subpixel = ElasticConv2d(c, cfg.scale * cfg.scale * space.num_outputs, 3, bias=True)
+        if "plain" in space.block_types:
+            self.plain = nn.ModuleList(ElasticPlainLayer(c, k) for _ in range(max(cfg.depths)))
         self.skip = BicubicSkip(cfg.scale)
         for m in self.modules():
             if isinstance(m, ElasticConv2d):  # PyTorch's default conv initialisation (as EDSR uses)
                 nn.init.kaiming_uniform_(m.weight, a=math.sqrt(5))
                 bound = 1 / math.sqrt(m.weight[0].numel())
                 nn.init.uniform_(m.bias, -bound, bound)
+        if space.skips == ("bicubic",):  # every arch starts as bicubic upscaling (module docstring)
+            for conv in (getattr(self, "subpixel", None), self.tail):
+                if conv is not None:
+                    _zero_(conv)
         self.set_active(space.largest())
 
     def set_active(self, arch: dict) -> None:
         arch = self.space.validate(arch)
         self.depth, self.channels, self.global_skip = arch["blocks"], arch["channels"], arch["global_skip"]
-        self.upsampler_kind = arch["upsampler"]
-        for block, k in zip(self.blocks, arch["kernel"]):
-            block.set_active(k, arch["res_scale"])
+        self.upsampler_kind, self.block_type = arch["upsampler"], arch["block"]
+        if self.block_type == "plain":
+            for layer, k in zip(self.plain, arch["kernel"]):
+                layer.kernel_size = k
+        else:
+            for block, k in zip(self.blocks, arch["kernel"]):
+                block.set_active(k, arch["res_scale"])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         c = self.channels
         h = self.head(x, out_channels=c)
         y = h
-        for block in self.blocks[:self.depth]:
+        for block in (self.plain if self.block_type == "plain" else self.blocks)[:self.depth]:
             y = block(y)
-        y = self.body_end(y, out_channels=c) + h
+        if self.block_type == "res":
+            y = self.body_end(y, out_channels=c) + h
         if self.upsampler_kind == "subpixel":
             y = F.pixel_shuffle(self.subpixel(y), self.space.config.scale)
         else:
@@ -261,9 +346,12 @@ class EdsrSupernet(Supernet):
             upsampler, tail = Upsampler(c, scale), self.tail.export(c, out, 3)
             for i, (conv, r) in enumerate(zip(self.upsampler, self.stages)):
                 upsampler[2 * i] = conv.export(c, r * r * c, 3)
-        net = Edsr(self.head.export(self.space.input_shape[0], c, 3),
-                   [block.extract(c) for block in self.blocks[:self.depth]], self.body_end.export(c, c, 3), upsampler,
-                   tail, BicubicSkip(scale) if self.global_skip == "bicubic" else None)
+        if self.block_type == "plain":
+            body, body_end = [layer.extract(c) for layer in self.plain[:self.depth]], None
+        else:
+            body, body_end = [block.extract(c) for block in self.blocks[:self.depth]], self.body_end.export(c, c, 3)
+        net = Edsr(self.head.export(self.space.input_shape[0], c, 3), body, body_end, upsampler, tail,
+                   BicubicSkip(scale) if self.global_skip == "bicubic" else None)
         return net.train(self.training)
 
 
@@ -276,7 +364,7 @@ class EdsrSpace(SearchSpace):
         super().__init__(input_shape, num_outputs)
         if config.scale not in SCALES:
             raise ArchError(f"space.scale: must be one of {list(SCALES)}, got {config.scale}")
-        for key in ("depths", "channels", "kernel_sizes", "res_scales", "global_skips", "upsamplers"):
+        for key in ("depths", "channels", "kernel_sizes", "res_scales", "global_skips", "upsamplers", "block_types"):
             if not getattr(config, key):
                 raise ArchError(f"space.{key}: needs at least one value")
         if min(config.depths) < 1:
@@ -291,27 +379,31 @@ class EdsrSpace(SearchSpace):
             raise ArchError(f"space.global_skips: values must be among {list(GLOBAL_SKIPS)}, got {config.global_skips}")
         if set(config.upsamplers) - set(UPSAMPLERS):
             raise ArchError(f"space.upsamplers: values must be among {list(UPSAMPLERS)}, got {config.upsamplers}")
+        if set(config.block_types) - set(BLOCK_TYPES):
+            raise ArchError(f"space.block_types: values must be among {list(BLOCK_TYPES)}, got {config.block_types}")
         self.config = config
         self.depths, self.widths = tuple(sorted(set(config.depths))), tuple(sorted(set(config.channels)))
         self.kernels = tuple(sorted(set(config.kernel_sizes)))
         self.res_scales = tuple(sorted(set(float(r) for r in config.res_scales)))
         self.skips = tuple(s for s in GLOBAL_SKIPS if s in config.global_skips)
         self.upsamplers = tuple(u for u in UPSAMPLERS if u in config.upsamplers)
+        self.block_types = tuple(b for b in BLOCK_TYPES if b in config.block_types)
 
     def _build_choices(self) -> list[Choice]:
         return ([Choice("blocks", self.depths), Choice("channels", self.widths)]
                 + [Choice(f"b{b}.kernel", self.kernels) for b in range(max(self.depths))]
                 + [Choice("res_scale", self.res_scales), Choice("global_skip", self.skips),
-                   Choice("upsampler", self.upsamplers)])
+                   Choice("upsampler", self.upsamplers), Choice("block", self.block_types)])
 
     def arch_from_assignment(self, values: dict[str, Any]) -> dict:
-        n = int(values["blocks"])
+        n, block = int(values["blocks"]), str(values["block"])
+        res_scale = float(values["res_scale"]) if block == "res" else self.res_scales[-1]
         return {"blocks": n, "channels": int(values["channels"]),
-                "kernel": [int(values[f"b{b}.kernel"]) for b in range(n)], "res_scale": float(values["res_scale"]),
-                "global_skip": str(values["global_skip"]), "upsampler": str(values["upsampler"])}
+                "kernel": [int(values[f"b{b}.kernel"]) for b in range(n)], "res_scale": res_scale,
+                "global_skip": str(values["global_skip"]), "upsampler": str(values["upsampler"]), "block": block}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        arch = _with_upsampler(arch)
+        arch = _with_defaults(arch)
         keys = set(ARCH_KEYS)
         if set(arch) != keys:
             raise ArchError(f"arch keys must be {', '.join(ARCH_KEYS)} (missing {sorted(keys - set(arch))}, "
@@ -322,7 +414,7 @@ class EdsrSpace(SearchSpace):
         if not isinstance(arch["kernel"], list) or len(arch["kernel"]) != n:
             raise ArchError(f"arch.kernel: expected {n} values (one per block)")
         values = {"blocks": n, "channels": arch["channels"], "res_scale": arch["res_scale"],
-                  "global_skip": arch["global_skip"], "upsampler": arch["upsampler"]}
+                  "global_skip": arch["global_skip"], "upsampler": arch["upsampler"], "block": arch["block"]}
         for b in range(max(self.depths)):
             values[f"b{b}.kernel"] = arch["kernel"][b] if b < n else self.kernels[0]
         return values
@@ -341,7 +433,7 @@ class EdsrSpace(SearchSpace):
 
         The residual scaling scales the blocks' second-conv initial weights (its folded form).
         """
-        arch = _with_upsampler(arch)
+        arch = _with_defaults(arch)
         if not isinstance(arch, dict) or set(arch) != set(ARCH_KEYS):
             raise ArchError(f"a reference EDSR arch needs exactly the keys {', '.join(ARCH_KEYS)}")
         if not isinstance(arch["res_scale"], (int, float)) or arch["res_scale"] <= 0:
@@ -350,37 +442,39 @@ class EdsrSpace(SearchSpace):
             raise ArchError("arch.blocks and arch.channels must be integers, arch.kernel a list")
         net = build_edsr(scale=self.config.scale, blocks=arch["blocks"], channels=arch["channels"],
                          kernel_size=arch["kernel"], global_skip=arch["global_skip"], upsampler=arch["upsampler"],
-                         in_channels=self.input_shape[0], out_channels=self.num_outputs)
-        with torch.no_grad():
-            for block in net.blocks:
-                block.conv2.weight.mul_(arch["res_scale"])
-                block.conv2.bias.mul_(arch["res_scale"])
+                         block=arch["block"], in_channels=self.input_shape[0], out_channels=self.num_outputs)
+        if arch["block"] == "res":
+            with torch.no_grad():
+                for block in net.blocks:
+                    block.conv2.weight.mul_(arch["res_scale"])
+                    block.conv2.bias.mul_(arch["res_scale"])
         return net, network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
-                                   arch["global_skip"], self.num_outputs, arch["upsampler"])
+                                   arch["global_skip"], self.num_outputs, arch["upsampler"], arch["block"])
 
     def all_blocks(self) -> list[Block]:
-        # every (width, kernel, skip, upsampler) at the deepest arch covers all keys (the residual scaling costs
-        # nothing)
+        # every (width, kernel, skip, upsampler, block) at the deepest arch covers all keys (the residual scaling
+        # costs nothing)
         unique: dict[str, Block] = {}
-        for c, k, skip, up in itertools.product(self.widths, self.kernels, self.skips, self.upsamplers):
+        for c, k, skip, up, block in itertools.product(self.widths, self.kernels, self.skips, self.upsamplers,
+                                                       self.block_types):
             arch = {"blocks": max(self.depths), "channels": c, "kernel": [k] * max(self.depths),
-                    "res_scale": self.res_scales[0], "global_skip": skip, "upsampler": up}
+                    "res_scale": self.res_scales[-1], "global_skip": skip, "upsampler": up, "block": block}
             unique.update((b.key, b) for b in self.blocks(arch))
         return list(unique.values())
 
     def blocks(self, arch: dict) -> list[Block]:
         arch = self.validate(arch)
         return network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
-                              arch["global_skip"], self.num_outputs, arch["upsampler"])
+                              arch["global_skip"], self.num_outputs, arch["upsampler"], arch["block"])
 
 
-def _with_upsampler(arch):
-    """An arch from before the upsampler was searched has EDSR's."""
-    return {"upsampler": "edsr", **arch} if isinstance(arch, dict) else arch
+def _with_defaults(arch):
+    """An arch from before the upsampler and the body were searched has EDSR's."""
+    return {"upsampler": "edsr", "block": "res", **arch} if isinstance(arch, dict) else arch
 
 
 def network_blocks(input_shape, scale: int, channels: int, kernels: list[int], global_skip: str = "none",
-                   out_channels: int = 3, upsampler: str = "edsr") -> list[Block]:
+                   out_channels: int = 3, upsampler: str = "edsr", block: str = "res") -> list[Block]:
     """The cost blocks of an EDSR (any size, e.g. the EDSR-baseline outside a space's ranges), in execution order.
 
     (Single convs are wrapped in nn.Sequential: torch.fx traces a root module's own forward as a function.)
@@ -390,8 +484,12 @@ def network_blocks(input_shape, scale: int, channels: int, kernels: list[int], g
     shape = f"{h}x{w}"
     out = [Block(f"head|in{c_in}x{shape}|out{c}|k3", (1, c_in, h, w),
                  lambda: nn.Sequential(_conv(c_in, c, 3)))]
-    out += [Block(f"resblock|in{c}x{shape}|k{k}", (1, c, h, w), lambda k=k: ResBlock(c, k)) for k in kernels]
-    out.append(Block(f"body_end|in{c}x{shape}|k3", (1, c, h, w), lambda: SkipConv(c)))
+    if block == "res":
+        out += [Block(f"resblock|in{c}x{shape}|k{k}", (1, c, h, w), lambda k=k: ResBlock(c, k)) for k in kernels]
+        out.append(Block(f"body_end|in{c}x{shape}|k3", (1, c, h, w), lambda: SkipConv(c)))
+    else:
+        out += [Block(f"plain|in{c}x{shape}|k{k}", (1, c, h, w), lambda k=k: _plain_layer_cost(c, k))
+                for k in kernels]
     if upsampler == "subpixel":
         out.append(Block(f"subpixel|in{c}x{shape}|x{scale}|out{out_channels}", (1, c, h, w),
                          lambda: SubpixelOutput(c, scale, out_channels)))

@@ -150,6 +150,14 @@ def test_arch_pictures(family):
     assert arch_svg(arch) is not None and arch_summary(arch)  # without the space config too
 
 
+def test_a_plain_edsr_body_is_named_without_residual_scaling():
+    arch, space, *_ = ARCHS["edsr"]
+    plain = dict(arch, block="plain", res_scale=1.0)
+    assert "2 plain layers x 16 ch" in arch_svg(plain, space) and "res_scale" not in arch_svg(plain, space)
+    assert arch_summary(plain).startswith("2 plain layers x 16 ch; kernel") and "res_scale" not in arch_summary(plain)
+    assert "2 residual blocks x 16 ch · res_scale 0.5" in arch_svg(arch, space)
+
+
 def test_arch_picture_names_a_stage_s_squeeze_excite_and_activation():
     arch, space, *_ = ARCHS["mobilenet"]
     stages = [space["stages"][0], dict(space["stages"][1], se=True, activation="hardswish", expand_ratios=[1, 8])]

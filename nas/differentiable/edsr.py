@@ -6,8 +6,8 @@ the gate-weighted prefix mask of the feature width (FBNetV2: Wan et al., CVPR 20
 https://arxiv.org/abs/2004.05565); an upsampler conv's r^2 x width outputs are masked channel group by channel
 group, so that after the pixel shuffle the mask is the width's again. The residual scaling is the gate-weighted
 sum of its values, the global skip adds the bicubic upscaling weighted by its gate, the upsamplers' outputs (EDSR's
-upsampler + tail, ESPCN's sub-pixel conv) are mixed by theirs, and the body output is mixed over the searched
-block counts. One-hot gates compute exactly the sliced subnet.
+upsampler + tail, ESPCN's sub-pixel conv) are mixed by theirs, each body's output (residual, plain) is mixed over
+the searched block counts and the bodies by the block-type gate. One-hot gates compute exactly the sliced subnet.
 """
 from __future__ import annotations
 
@@ -43,14 +43,20 @@ class RelaxedEdsr(RelaxedSupernet):
         m = mask.view(1, -1, 1, 1)
         res_scale = gates["res_scale"] @ self.res_scales
         h = self._conv(net.head, x) * m
-        y, mixed = h, 0
-        for b, block in enumerate(net.blocks):
-            kmask = torch.einsum("k,kij->ij", gates[f"b{b}.kernel"], self.kernel_mask)
-            r = self._conv(block.conv2, F.relu(self._conv(block.conv1, y, kmask)) * m, kmask) * m
-            y = y + r * res_scale
-            if b + 1 in depths:
-                mixed = mixed + gates["blocks"][depths.index(b + 1)] * y
-        y = self._conv(net.body_end, mixed) * m + h
+        kmasks = [torch.einsum("k,kij->ij", gates[f"b{b}.kernel"], self.kernel_mask) for b in range(max(depths))]
+        y = 0
+        for gate, kind in zip(gates["block"], self.space.block_types):
+            body, mixed = h, 0
+            for b, kmask in enumerate(kmasks):
+                if kind == "plain":
+                    body = self._conv(net.plain[b].conv, F.relu(body), kmask) * m
+                else:
+                    block = net.blocks[b]
+                    r = self._conv(block.conv2, F.relu(self._conv(block.conv1, body, kmask)) * m, kmask) * m
+                    body = body + r * res_scale
+                if b + 1 in depths:
+                    mixed = mixed + gates["blocks"][depths.index(b + 1)] * body
+            y = y + gate * (mixed if kind == "plain" else self._conv(net.body_end, mixed) * m + h)
         outputs = []
         for kind in self.space.upsamplers:
             if kind == "subpixel":
@@ -66,16 +72,23 @@ class RelaxedEdsr(RelaxedSupernet):
 
     def cost_terms(self) -> list[CostTerm]:
         space, n = self.space, max(self.space.depths)
-        # positions in the largest arch's blocks: head, n residual blocks, body end, then the output blocks
-        # (EDSR's upsampler and tail, or the sub-pixel conv) and the skip's, if any
-        terms = [self.block_term(position, ("channels",)) for position in (0, n + 1)]
-        terms += [self.block_term(1 + b, ("channels", f"b{b}.kernel"), depth=("blocks", b)) for b in range(n)]
+        # positions in a deepest arch's blocks: head, n body blocks, the body end (residual bodies only), then
+        # the output blocks (EDSR's upsampler and tail, or the sub-pixel conv) and the skip's, if any
+        terms = [self.block_term(0, ("channels",))]
+        terms += [self.block_term(1 + b, ("channels", f"b{b}.kernel", "block"), depth=("blocks", b))
+                  for b in range(n)]
         largest = space.assignment_from_arch(space.largest())
 
-        def after_body(values: dict, skip: bool) -> list:
-            blocks = space.blocks(space.arch_from_assignment({**largest, **values}))[n + 2:]
-            return [b for b in blocks if b.key.startswith("bicubic_skip") == skip]
+        def after_body(values: dict, body_end: bool = False, skip: bool = False) -> list:
+            values = {"block": "res", **values}
+            blocks = space.blocks(space.arch_from_assignment({**largest, **values}))[n + 1:]
+            if values["block"] == "res":
+                blocks = blocks[:1] if body_end else blocks[1:]
+            elif body_end:
+                return []
+            return blocks if body_end else [b for b in blocks if b.key.startswith("bicubic_skip") == skip]
 
-        terms.append(CostTerm(("channels", "upsampler"), lambda values: after_body(values, skip=False)))
+        terms.append(CostTerm(("channels", "block"), lambda values: after_body(values, body_end=True)))
+        terms.append(CostTerm(("channels", "upsampler"), lambda values: after_body(values)))
         terms.append(CostTerm(("global_skip",), lambda values: after_body(values, skip=True)))
         return terms
