@@ -36,7 +36,8 @@ def test_candidates_have_psnr_and_a_front(sr_run):
     assert len(front) >= 2 and all(10 < float(r["test_psnr"]) < 60 for r in front)
     assert all(r["cost_model"] == "vpunn:VPU_2_7" for r in rows)
     assert max(latency) > 2 * min(latency)  # even the smoke space spans a range of latencies
-    assert {"blocks", "channels", "kernel", "res_scale", "global_skip", "upsampler"} == set(json.loads(rows[0]["arch"]))
+    assert {"blocks", "channels", "kernel", "res_scale", "global_skip", "upsampler",
+            "block"} == set(json.loads(rows[0]["arch"]))
     final = [r for r in rows if r["final_psnr"] != ""]  # scored in INT8 too, within 0.3 dB of float
     assert final and all(abs(float(r["final_int8_test_psnr"]) - float(r["final_test_psnr"])) < 0.3 for r in final)
 
