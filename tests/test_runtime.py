@@ -91,3 +91,12 @@ def test_a_disabled_thread_governor_never_changes_threads(monkeypatch):
         assert governor.threads == 2
     finally:
         torch.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("one, all_cores, expected", [(85, 109, 4), (70, 100, 4), (60, 100, 1), (50, 600, 1),
+                                                      (83, 49, 4)])
+def test_the_thread_probe_picks_one_thread_only_when_it_clearly_wins(one, all_cores, expected):
+    """A stall of a moment (85 against 109 ms) keeps all cores; a busy neighbour (50 against 600) does not."""
+    from nas.search import _faster_thread_count
+
+    assert _faster_thread_count(one / 1e3, all_cores / 1e3, 4) == expected
