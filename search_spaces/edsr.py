@@ -72,8 +72,8 @@ class EdsrSpaceConfig:
         upsamplers: `edsr` (EDSR's upsampler and tail conv) and / or `subpixel` (ESPCN's: one conv and a pixel
             shuffle straight to RGB).
         block_types: `res` (EDSR's residual blocks, the long skip and the body-end conv) and / or `plain`
-            (`blocks` convs, each opened by a ReLU; no long skip). The two bodies share the head and the output,
-            not their weights.
+            (`blocks` convs, each opened by a ReLU; no long skip). In the supernet the two bodies share the head
+            and the output; each body has weights of its own.
     """
 
     type: str = "edsr"

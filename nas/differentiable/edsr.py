@@ -79,16 +79,14 @@ class RelaxedEdsr(RelaxedSupernet):
                   for b in range(n)]
         largest = space.assignment_from_arch(space.largest())
 
-        def after_body(values: dict, body_end: bool = False, skip: bool = False) -> list:
-            values = {"block": "res", **values}
+        def after_body(values: dict, *prefixes: str, keep: bool = True) -> list:
+            """The blocks after the body (body end, output, skip) whose keys start (or, keep False, do not start)
+            with one of `prefixes`."""
             blocks = space.blocks(space.arch_from_assignment({**largest, **values}))[n + 1:]
-            if values["block"] == "res":
-                blocks = blocks[:1] if body_end else blocks[1:]
-            elif body_end:
-                return []
-            return blocks if body_end else [b for b in blocks if b.key.startswith("bicubic_skip") == skip]
+            return [b for b in blocks if b.key.startswith(prefixes) == keep]
 
-        terms.append(CostTerm(("channels", "block"), lambda values: after_body(values, body_end=True)))
-        terms.append(CostTerm(("channels", "upsampler"), lambda values: after_body(values)))
-        terms.append(CostTerm(("global_skip",), lambda values: after_body(values, skip=True)))
+        terms.append(CostTerm(("channels", "block"), lambda values: after_body(values, "body_end")))
+        terms.append(CostTerm(("channels", "upsampler"),
+                              lambda values: after_body(values, "body_end", "bicubic_skip", keep=False)))
+        terms.append(CostTerm(("global_skip",), lambda values: after_body(values, "bicubic_skip")))
         return terms
