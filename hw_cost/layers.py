@@ -99,6 +99,7 @@ class LayerSpec:
 _ACTIVATION_MODULES = {
     nn.ReLU: "relu", nn.ReLU6: "relu6", nn.LeakyReLU: "leaky_relu", nn.Hardswish: "hardswish",
     nn.Hardsigmoid: "hardsigmoid", nn.Sigmoid: "sigmoid", nn.SiLU: "silu", nn.GELU: "gelu", nn.Tanh: "tanh",
+    nn.PReLU: "leaky_relu",  # a per-channel slope: the same post-processing step on the NPU as a leaky ReLU
 }
 _ACTIVATION_FUNCTIONS = {
     F.relu: "relu", torch.relu: "relu", F.relu6: "relu6", F.leaky_relu: "leaky_relu", F.hardswish: "hardswish",

@@ -12,20 +12,31 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
 * `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
 * `reference` (classification): a torchvision network, `network: mobilenet_v2` (with `width:`, its multiplier,
   default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
-  grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is
-  (the run's recipe and step budget, or the entry's `epochs:` / `train_steps:`, checkpointed under checkpoint/;
-  the schedule is stretched to the entry's budget). The trained weights and scores are cached across runs
-  (`nas.baseline_cache`: `$VPUNAS_CACHE`, else ~/.cache/vpunas/baselines), so a run with the same data settings,
-  recipe, seed and input shape does not train it again. The network is costed
-  whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`).
-  For example:
+  grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is.
+* `zoo`: a published network by name, `model:` any timm or torchvision model (`source: timm | torchvision`, default
+  whichever knows the name, timm first) with its keyword arguments (`kwargs:`), or for super-resolution `fsrcnn` /
+  `espcn`; adapted to the task's input as `nas.zoo` says and trained from scratch exactly as `standalone` is.
 
-      baselines:
-        - {name: mnv2-1.4, type: reference, network: mobilenet_v2, width: 1.4}
-        - {name: resnet50, type: reference, network: resnet50}
-        - {name: mnv2-0.35-short, type: reference, network: mobilenet_v2, width: 0.35, train_steps: 500}
+Trained baselines (`standalone`, `reference`, `zoo`) train with the run's recipe (`train` section: optimizer,
+batch, augmentation, schedule shape) for as long as the longest-trained arch the run hands over (`matched_epochs`:
+the supernet's epochs plus the most finalisation epochs an arch can get, or the finalisation's alone when it
+trains from scratch), so that a headline compares like with like; `epochs:` or `train_steps:` in the entry sets
+its own budget. Training checkpoints under checkpoint/, so an interrupted run resumes it. The trained weights and
+scores of `reference` and `zoo` networks are cached across runs (`nas.baseline_cache`: `$VPUNAS_CACHE`, else
+~/.cache/vpunas/baselines), so a run with the same data settings, recipe, seed and input shape does not train them
+again; on CUDA, `baseline_workers` processes train them beside the search (`nas.baseline_workers`). A network is
+costed whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`)
+and, for the report's table per NPU generation, by VPUNN on each generation (`NPU_GENERATIONS`). For example:
+
+    baselines:
+      - {name: mnv4-s, type: zoo, model: mobilenetv4_conv_small}
+      - {name: mnv2-1.4, type: zoo, model: mobilenet_v2, source: torchvision, kwargs: {width_mult: 1.4}}
+      - {name: resnet50, type: reference, network: resnet50}
+      - {name: mnv2-0.35-short, type: reference, network: mobilenet_v2, width: 0.35, train_steps: 500}
 
 Tasks with a `scores(model, split)` method (super-resolution: PSNR and SSIM) get every test score recorded.
+baselines.csv gives each baseline its `type`, the `epochs` a trained one trained, and its latency on each NPU
+generation (`<device>_ms`).
 """
 from __future__ import annotations
 
@@ -38,7 +49,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from hw_cost import CostModelError
+from hw_cost import Block, CostModelError, load_cost_model
 from search_spaces import ArchError, Supernet, arch_key
 
 from .baseline_cache import BaselineCache, cache_key
@@ -47,10 +58,15 @@ from .evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu
 from .reference_networks import check_reference, describe_reference, reference_block, reference_network
 from .report import write_csv
 from .supernet_training import SupernetTrainer, TrainConfig
+from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "resolve_arch"]
+__all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
+           "NPU_GENERATIONS", "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path"]
+
+#: the NPU generations every network baseline is costed on (VPUNN), beside the run's own cost model
+NPU_GENERATIONS = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 
 
 def resolve_arch(space, arch, where: str) -> dict:
@@ -81,6 +97,7 @@ def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     record = evaluator.evaluate(arch, subnet)
     record.update(test_scores(ctx.task, subnet))
     record["note"] = "subnet with inherited weights"
+    record["blocks"] = ctx.space.blocks(arch)
     return record
 
 
@@ -139,18 +156,20 @@ def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) ->
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
     trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
+    trainer.progress_label = f"baseline {spec['name']}"
     trainer.train(progress=ctx.progress)
     return trainer.trained_model.net.eval(), trainer.total_steps
 
 
 def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     arch, net, blocks, origin = _standalone_network(ctx, spec)
-    model, steps = _train_from_scratch(ctx, spec, net, _baseline_recipe(ctx, spec))
+    recipe, budget = _baseline_recipe(ctx, spec)
+    model, steps = _train_from_scratch(ctx, spec, net, recipe)
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
-            "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
-            "note": f"{origin}, trained from scratch ({steps} steps, the run's recipe)"}
+            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(recipe.epochs, 3),
+            "note": f"{origin}, trained from scratch ({steps} steps, {budget})", "blocks": blocks}
 
 
 def _reference_network(ctx, spec: dict) -> dict:
@@ -169,8 +188,22 @@ def _reference_network(ctx, spec: dict) -> dict:
     return {"network": spec["network"]}
 
 
-def _baseline_recipe(ctx, spec: dict) -> TrainConfig:
-    """The run's recipe, with the entry's own `epochs` or `train_steps` budget when it gives one."""
+def matched_epochs(config) -> tuple[float, str]:
+    """(epochs, in words) of the longest training an arch the run hands over can get: the supernet's epochs
+    (`train.epochs`, when finalisation starts from the inherited weights) plus finalisation's most epochs
+    (`max_epochs` under a run budget, else `epochs`; none without finalisation). Known from the config alone, so a
+    trained baseline's budget, and its cache entry, do not depend on the machine's speed; a budget that shortens
+    finalisation on a slow machine only widens the baselines' lead."""
+    final = config.search.finalize
+    supernet = config.train.epochs if final.init == "inherited" or not final.archs else 0.0
+    most = (max(final.epochs, final.max_epochs) if final.run_budget_minutes else final.epochs) if final.archs else 0.0
+    parts = ([f"{supernet:g} supernet"] if supernet else []) + ([f"{most:g} finalisation"] if most else [])
+    return supernet + most, f"as long as the longest-trained finalised arch: {' + '.join(parts)} epochs"
+
+
+def _baseline_recipe(ctx, spec: dict) -> tuple[TrainConfig, str]:
+    """The run's recipe for `matched_epochs`, or for the entry's own `epochs` / `train_steps`; with its budget in
+    words."""
     where = f"baselines[{spec['name']}]"
     if "epochs" in spec and "train_steps" in spec:
         raise ConfigError(f"{where}: give epochs or train_steps, not both")
@@ -178,55 +211,145 @@ def _baseline_recipe(ctx, spec: dict) -> TrainConfig:
         steps = spec["train_steps"]
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError(f"{where}.train_steps: expected a whole number >= 1, got {steps!r}")
-        return dataclasses.replace(ctx.config.train, epochs=steps / ctx.task.train_batches.steps_per_epoch())
+        epochs = steps / ctx.task.train_batches.steps_per_epoch()
+        return dataclasses.replace(ctx.config.train, epochs=epochs), "the run's recipe, the entry's own train_steps"
     if "epochs" in spec:
         epochs = spec["epochs"]
         if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
             raise ConfigError(f"{where}.epochs: expected a number > 0, got {epochs!r}")
-        return dataclasses.replace(ctx.config.train, epochs=float(epochs))
-    return ctx.config.train
+        return (dataclasses.replace(ctx.config.train, epochs=float(epochs)),
+                f"the run's recipe for the entry's own {float(epochs):g} epochs")
+    epochs, words = matched_epochs(ctx.config)
+    return dataclasses.replace(ctx.config.train, epochs=epochs), f"the run's recipe for {epochs:g} epochs, {words}"
+
+
+def _check_covered(ctx, spec: dict, block, what: str) -> None:
+    try:
+        ctx.cost_model.check_covers([block])
+    except CostModelError:
+        raise ConfigError(f"baselines[{spec['name']}]: {ctx.cost_model.name} cannot cost a whole {what} (a latency "
+                          "table holds the blocks of a search space); cost the run with cost.model: vpunn:..., or set "
+                          "cost.measure_missing: true to measure it here") from None
 
 
 def _check_reference(ctx, spec: dict) -> None:
     _check_keys(spec, {"name", "type", "network", "width", "epochs", "train_steps"})
-    network = _reference_network(ctx, spec)
+    _check_covered(ctx, spec, _reference_parts(ctx, spec).block, _reference_network(ctx, spec)["network"])
     _baseline_recipe(ctx, spec)
-    block = reference_block(network["network"], ctx.task.input_shape, ctx.task.num_classes, network.get("width"))
-    try:
-        ctx.cost_model.check_covers([block])
-    except CostModelError:
-        raise ConfigError(f"baselines[{spec['name']}]: {ctx.cost_model.name} cannot cost a whole "
-                          f"{network['network']} (a latency table holds the blocks of a search space); cost the run "
-                          "with cost.model: vpunn:..., or set cost.measure_missing: true to measure it here") from None
 
 
-def _reference(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+@dataclasses.dataclass
+class _CachedNetwork:
+    """What a cached baseline (`reference`, `zoo`) is: its identity in the cache, a fresh network, its cost
+    block and its description."""
+
+    identity: dict
+    fresh: Callable[[], nn.Module]
+    block: object
+    note: str
+
+
+def _reference_parts(ctx, spec: dict) -> _CachedNetwork:
     network = _reference_network(ctx, spec)
-    name, width, task, seed = network["network"], network.get("width"), ctx.task, ctx.config.seed
-    recipe = _baseline_recipe(ctx, spec)
-    cache = BaselineCache()
-    key = cache_key(network, task.input_shape, task.num_classes, ctx.config.task, recipe, seed)
+    name, width, task = network["network"], network.get("width"), ctx.task
+    return _CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
+                          reference_block(name, task.input_shape, task.num_classes, width),
+                          describe_reference(name, task.input_shape, width))
+
+
+def _zoo_settings(ctx, spec: dict) -> dict:
+    """The checked {model, source, kwargs[, scale]} of a zoo spec."""
+    where = f"baselines[{spec['name']}]"
+    model, kwargs = spec.get("model"), spec.get("kwargs") or {}
+    if not isinstance(model, str) or not model:
+        raise ConfigError(f"{where}.model: a zoo baseline names its model (e.g. mobilenetv4_conv_small, resnet50, "
+                          "or fsrcnn / espcn for super-resolution)")
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"{where}.kwargs: expected a mapping of keyword arguments, got {kwargs!r}")
+    task = ctx.task
+    try:
+        if hasattr(task, "scale"):  # super-resolution: the networks built here
+            if "source" in spec:
+                raise ZooError("source: super-resolution networks are built in vpunas (fsrcnn, espcn)")
+            settings = {"model": model, "source": "vpunas", "kwargs": kwargs, "scale": task.scale}
+            zoo_network(model, task.input_shape, task.num_outputs, kwargs=kwargs, scale=task.scale)
+        elif getattr(task, "num_classes", 0) >= 1:
+            settings = {"model": model, "source": resolve_source(model, spec.get("source", "auto")), "kwargs": kwargs}
+            zoo_network(model, task.input_shape, task.num_classes, source=settings["source"], kwargs=kwargs)
+        else:
+            raise ZooError("type: zoo needs a classification or super-resolution task")
+    except ZooError as exc:
+        raise ConfigError(f"{where}.{exc}") from None
+    return settings
+
+
+def _zoo_parts(ctx, spec: dict) -> _CachedNetwork:
+    settings, task = _zoo_settings(ctx, spec), ctx.task
+    model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
+    source = "auto" if scale is not None else settings["source"]
+    outputs = task.num_outputs
+    import timm
+
+    identity = {"network": f"zoo-{model}", **settings, "timm": timm.__version__}
+    return _CachedNetwork(identity,
+                          lambda: zoo_network(model, task.input_shape, outputs, source=source, kwargs=kwargs,
+                                              scale=scale),
+                          zoo_block(model, task.input_shape, outputs, source=source, kwargs=kwargs, scale=scale),
+                          describe_zoo(model, task.input_shape, source=source, kwargs=kwargs, scale=scale))
+
+
+def _check_zoo(ctx, spec: dict) -> None:
+    _check_keys(spec, {"name", "type", "model", "source", "kwargs", "epochs", "train_steps"})
+    _check_covered(ctx, spec, _zoo_parts(ctx, spec).block, spec["model"])
+    _baseline_recipe(ctx, spec)
+
+
+#: cached baseline types -> what their networks are
+_CACHED_PARTS = {"reference": _reference_parts, "zoo": _zoo_parts}
+
+
+def _cache_entry(ctx, spec: dict) -> tuple[_CachedNetwork, TrainConfig, dict]:
+    """(the network, its recipe, its cache key) of a `reference` or `zoo` baseline."""
+    parts, task = _CACHED_PARTS[spec["type"]](ctx, spec), ctx.task
+    recipe, _ = _baseline_recipe(ctx, spec)
+    return parts, recipe, cache_key(parts.identity, task.input_shape, task.num_outputs, ctx.config.task, recipe,
+                                    ctx.config.seed)
+
+
+def cached_baseline_path(ctx, spec: dict):
+    """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
+    return BaselineCache().path(_cache_entry(ctx, spec)[2])
+
+
+def train_cached_baseline(ctx, spec: dict) -> tuple[dict, int, bool]:
+    """The scores and steps of a `reference` or `zoo` baseline, from the cache or trained now and cached; and
+    whether it was trained now."""
+    parts, recipe, key = _cache_entry(ctx, spec)
+    task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
 
     def fresh() -> nn.Module:
         torch.manual_seed(seed)
-        return reference_network(name, task.input_shape, task.num_classes, width)
+        return parts.fresh()
 
     cached = cache.load(key, fresh())
     if cached is not None:
         logger.info("baselines[%s]: trained weights and scores from the cache (%s)", spec["name"], cache.path(key))
-        scores, steps = cached.scores, cached.steps
-    else:
-        model, steps = _train_from_scratch(ctx, spec, fresh(), recipe)
-        scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4),
-                  **test_scores(task, model)}
-        logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
-                    cache.store(key, model, scores, steps))
-    block = reference_block(name, task.input_shape, task.num_classes, width)
-    params, macs = complexity([block])
-    return {"arch": network, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
-            "cost_model": ctx.cost_model.name, "params": params, "macs": macs,
-            "note": f"{describe_reference(name, task.input_shape, width)}, trained from scratch ({steps} steps, the "
-                    "run's recipe)"}
+        return cached.scores, cached.steps, False
+    model, steps = _train_from_scratch(ctx, spec, fresh(), recipe)
+    scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
+    logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
+                cache.store(key, model, scores, steps))
+    return scores, steps, True
+
+
+def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
+    parts = _CACHED_PARTS[spec["type"]](ctx, spec)
+    recipe, budget = _baseline_recipe(ctx, spec)
+    scores, steps, _ = train_cached_baseline(ctx, spec)
+    params, macs = complexity([parts.block])
+    return {"arch": parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([parts.block]), 6),
+            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(recipe.epochs, 3),
+            "note": f"{parts.note}, trained from scratch ({steps} steps, {budget})", "blocks": [parts.block]}
 
 
 def _check_bicubic(ctx, spec: dict) -> None:
@@ -243,14 +366,20 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     model = task.bicubic_model()
     return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model),
             "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
-            "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)"}
+            "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)",
+            "blocks": [Block("bicubic|x{task.scale}|in" + "x".join(map(str, task.input_shape)), (1, *task.input_shape),
+                             lambda: nn.Upsample(scale_factor=task.scale, mode="bicubic"))]}
 
 
 #: type -> (check of a spec, run before any work; scoring)
 BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {"subnet": (_check_subnet, _subnet),
                                                         "standalone": (_check_standalone, _standalone),
                                                         "bicubic": (_check_bicubic, _bicubic),
-                                                        "reference": (_check_reference, _reference)}
+                                                        "reference": (_check_reference, _cached),
+                                                        "zoo": (_check_zoo, _cached)}
+#: types trained from scratch for the run (`matched_epochs`); of them, those cached across runs
+TRAINED_TYPES = ("standalone", "reference", "zoo")
+CACHED_TYPES = tuple(_CACHED_PARTS)
 
 
 def check_baselines(ctx) -> None:
@@ -267,20 +396,44 @@ def check_baselines(ctx) -> None:
         BASELINE_TYPES[kind][0](ctx, spec)
 
 
-def evaluate_baselines(ctx, evaluator: ArchEvaluator) -> list[dict]:
-    """Score every configured baseline (journaled, so a resumed run does not repeat them); write baselines.csv."""
+def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
+    """blocks -> {"<device>_ms": VPUNN latency} for every `NPU_GENERATIONS` device, at the run's precision."""
+    cost = ctx.config.cost
+    options = {"dtype": cost.dtype, **({"model_dir": cost.model_dir} if cost.model_dir else {})}
+    models = {}
+
+    def latencies(blocks: list[Block]) -> dict:
+        out = {}
+        for device in NPU_GENERATIONS:
+            if device not in models:
+                models[device] = load_cost_model(f"vpunn:{device}", **options)
+            out[f"{device}_ms"] = round(float(models[device].latency_ms(blocks)), 6)
+        return out
+
+    return latencies
+
+
+def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict]:
+    """Score every configured baseline (journaled, so a resumed run does not repeat them); write baselines.csv.
+    `workers` (`nas.baseline_workers.BaselineWorkers`), when the run started some, are waited for first: what
+    they trained is in the cache then."""
     check_baselines(ctx)
+    if workers is not None:
+        workers.wait()
     metric = ctx.task.metric
     specs = {spec["name"]: spec for spec in ctx.config.baselines}
+    per_generation = _latency_per_generation(ctx)
 
     def score(spec: dict) -> dict:
-        run = BASELINE_TYPES[spec.get("type", "subnet")][1]
-        return dict(run(ctx, evaluator, spec), key=spec["name"], name=spec["name"])
+        kind = spec.get("type", "subnet")
+        row = BASELINE_TYPES[kind][1](ctx, evaluator, spec)
+        return dict(row, **per_generation(row.pop("blocks")), key=spec["name"], name=spec["name"], type=kind)
 
     journal = CachedEvaluator(lambda name: score(specs[name]), ctx.run_dir.baseline_journal, key=lambda name: name)
     rows = [journal(name) for name in specs]
     extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
-    columns = ["name", metric, f"test_{metric}", *extra, "latency_ms", "cost_model", "params", "macs", "note", "arch"]
+    columns = ["name", "type", metric, f"test_{metric}", *extra, "latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS),
+               "cost_model", "params", "macs", "epochs", "note", "arch"]
     write_csv(ctx.run_dir.baselines, [{c: r.get(c, "") for c in columns} | {"arch": arch_key(r["arch"])} for r in rows],
               columns)
     return rows

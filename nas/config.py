@@ -78,6 +78,7 @@ class _TopLevel:
     threads: int = 0
     adapt_threads: bool = True
     device: str = "auto"
+    baseline_workers: int = 0
     task: Any = None
     space: Any = None
     train: Any = None
@@ -127,6 +128,9 @@ class RunConfig:
             ThreadGovernor`, logged); false keeps `threads` fixed, for bit-identical results on a busy machine.
         device: where supernet training, evaluation, finalisation and the baselines run: "cpu", "cuda", or "auto"
             (CUDA when torch finds a device; resolved when the run starts and recorded in its config.yaml).
+        baseline_workers: processes that train the cached baselines (reference, zoo) beside the search from the
+            run's start, sharing a GPU that small nets leave idle (`nas.baseline_workers`); 0 = none: they train
+            one after another after finalisation (on a CPU the search needs its cores).
     """
 
     name: str
@@ -140,6 +144,7 @@ class RunConfig:
     baselines: list[dict] = field(default_factory=list)
     adapt_threads: bool = True
     device: str = "auto"
+    baseline_workers: int = 0
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -244,11 +249,13 @@ def load_space_config(raw: Any):
     return _dispatch(raw, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Read, override, validate and resolve a run config."""
-    path = Path(path)
+def _read_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
+    """A config file's mapping, on top of the config its `base` key names (a path relative to its folder):
+    mappings merge key by key, any other value (a list too) replaces the base's."""
     if not path.is_file():
-        raise ConfigError(f"config file {path} not found")
+        raise ConfigError(f"config file {path} not found" + (f" (the base of {chain[-1]})" if chain else ""))
+    if path.resolve() in chain:
+        raise ConfigError(f"{path}: its base chain comes back to it")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
@@ -257,7 +264,25 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    raw = _apply_overrides(raw, list(overrides or []))
+    base = raw.pop("base", None)
+    if base is None:
+        return raw
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: base: expected the path of a config file, got {base!r}")
+    return _merged(_read_raw(path.parent / base, (*chain, path.resolve())), raw)
+
+
+def _merged(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Read, override, validate and resolve a run config (see `_read_raw` for a config's `base`)."""
+    path = Path(path)
+    raw = _apply_overrides(_read_raw(path), list(overrides or []))
     top = _structured(_TopLevel, raw, "config")
     base = path.parent.resolve()
     task = _dispatch(top.task, "task", "type", _task_configs(), "classification")
@@ -278,6 +303,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
     if top.device not in DEVICES:
         raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(DEVICES)}")
+    if isinstance(top.baseline_workers, bool) or top.baseline_workers < 0:
+        raise ConfigError("baseline_workers: must be a whole number >= 0")
     train = _structured(TrainConfig, top.train, "train")
     if not search.strategy_class.uses_sandwich:
         for name in ("sandwich_random", "distill"):
@@ -287,4 +314,4 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
                                   f"use; leave it at {getattr(TrainConfig, name)}")
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
                      search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
-                     device=top.device)
+                     device=top.device, baseline_workers=top.baseline_workers)

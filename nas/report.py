@@ -17,7 +17,12 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "build_comparison",
            "CANDIDATE_COLUMNS", "metric_of", "test_figure", "headline", "baseline_matches", "BaselineMatch",
-           "fidelity_of", "read_stage_times", "reference_label", "paper_sentence"]
+           "fidelity_of", "read_stage_times", "reference_label", "paper_sentence", "baseline_type", "LIKE_WITH_LIKE",
+           "GenerationMatch", "generation_matches", "generation_lines"]
+
+#: baseline types a headline compares finalised archs with: networks trained from scratch as long as they were
+#: (`nas.baselines.matched_epochs`), and bicubic upscaling, which trains nothing; not subnets on inherited weights
+LIKE_WITH_LIKE = ("standalone", "reference", "zoo", "bicubic")
 
 CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
                      "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "final_int8_test_{metric}",
@@ -167,7 +172,8 @@ def reference_label(row: dict) -> str | None:
         arch = json.loads(row.get("arch") or "null")
     except ValueError:
         return None
-    if not isinstance(arch, dict) or not isinstance(arch.get("network"), str):
+    if not isinstance(arch, dict) or not isinstance(arch.get("network"), str) or row.get("type", "reference") != \
+            "reference" or arch["network"].startswith("zoo-"):
         return None
     if arch["network"] == "mobilenet_v2":
         width = f"{float(arch.get('width', 1.0)):g}"
@@ -175,11 +181,23 @@ def reference_label(row: dict) -> str | None:
     return f"ResNet{arch['network'].removeprefix('resnet')}-style"
 
 
+def baseline_type(row: dict) -> str:
+    """A baselines.csv row's type; for runs from before the `type` column, told from its note and arch."""
+    if row.get("type"):
+        return row["type"]
+    note = row.get("note", "")
+    if reference_label(row):
+        return "reference"
+    if note.startswith("bicubic"):
+        return "bicubic"
+    return "standalone" if "trained from scratch" in note else "subnet"
+
+
 @dataclass
 class BaselineMatch:
     """A baseline (`figure` on the test split at `latency_ms`) and the fastest searched arch at least as good
     (`arch_id` None when none is). `label` is the papers' name of a reference baseline (`reference_label`), else
-    empty."""
+    empty; `kind` its type (`baseline_type`)."""
 
     name: str
     figure: float
@@ -188,6 +206,7 @@ class BaselineMatch:
     arch_figure: float = float("nan")
     arch_latency_ms: float = float("nan")
     label: str = ""
+    kind: str = "subnet"
 
     @property
     def fps_ratio(self) -> float:
@@ -199,17 +218,23 @@ class BaselineMatch:
         return f"{self.name} ({self.label})" if self.label and self.label != self.name else self.name
 
 
+def _searched(rows: Sequence[dict], metric: str) -> list[dict]:
+    """The archs a run hands over: its finalised archs when it finalised any, else those with a test figure
+    (the front, on inherited weights)."""
+    final = [r for r in rows if r.get(f"final_test_{metric}", "") != ""]
+    return final or [r for r in rows if test_figure(r, metric) is not None]
+
+
 def baseline_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[BaselineMatch]:
     """The papers' comparison, per baseline with a test figure: the fastest searched arch at least as good on the
-    test split. Finalised archs count with their finalised test metric, other front archs with their inherited
-    one."""
-    searched = [(test_figure(r, metric), float(r["latency_ms"]), r["id"]) for r in rows
-                if test_figure(r, metric) is not None]
+    test split (`_searched`: the finalised archs, with their finalised test metric, when the run has any)."""
+    searched = [(test_figure(r, metric), float(r["latency_ms"]), r["id"]) for r in _searched(rows, metric)]
     matches = []
     for b in baselines:
         if test_figure(b, metric) is None:
             continue
-        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]), label=reference_label(b) or "")
+        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]), label=reference_label(b) or "",
+                              kind=baseline_type(b))
         good = [s for s in searched if s[0] >= match.figure]
         if good:
             match.arch_figure, match.arch_latency_ms, match.arch_id = min(good, key=lambda s: (s[1], -s[0]))
@@ -234,11 +259,10 @@ def _join(items: list[str]) -> str:
 
 def paper_sentence(matches: Sequence[BaselineMatch], metric: str) -> str:
     """`baseline_matches` in the papers' form: "1.3x fps over MobileNetV2-1.4 and 2.2x over ResNet50-style at
-    equal accuracy" (classification: the reference baselines by their papers' names when the run has any, else
-    every baseline), "1.08x PSNR and 6.0x fps over EDSR" (super-resolution); then the baselines no searched arch
-    reaches. Empty without a baseline with a test figure."""
-    if metric != "psnr" and any(m.label for m in matches):
-        matches = [m for m in matches if m.label]
+    equal accuracy" (classification; reference baselines by their papers' names), "1.08x PSNR and 6.0x fps over
+    EDSR" (super-resolution); then the baselines no searched arch reaches. Only like with like (`LIKE_WITH_LIKE`:
+    never a subnet on inherited weights); empty without such a baseline."""
+    matches = [m for m in matches if m.kind in LIKE_WITH_LIKE]
     name = lambda m: m.label or m.name
     found = [m for m in matches if m.arch_id is not None]
     if metric == "psnr":
@@ -251,6 +275,67 @@ def paper_sentence(matches: Sequence[BaselineMatch], metric: str) -> str:
     if missed:
         clause += ("; " if clause else "") + f"no searched arch reaches {_join(missed)}"
     return clause
+
+
+@dataclass
+class GenerationMatch:
+    """A trained baseline on one NPU generation against the run's finalised archs there: `fastest` is (id, test
+    figure, latency ms) of the fastest arch at least as good, `best` that of the best arch at most as slow; None
+    where no arch is."""
+
+    name: str
+    device: str
+    figure: float
+    latency_ms: float
+    fastest: tuple[str, float, float] | None
+    best: tuple[str, float, float] | None
+
+    @property
+    def fps_ratio(self) -> float:
+        return self.latency_ms / self.fastest[2]
+
+    @property
+    def gain(self) -> float:
+        return self.best[1] - self.figure
+
+
+def generation_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str,
+                       latency: dict[str, dict[str, float]], devices: Sequence[str]) -> list[GenerationMatch]:
+    """The papers' table per NPU generation: for each trained baseline (`nas.baselines.TRAINED_TYPES`) with a
+    test figure and a latency on the device (baselines.csv's `<device>_ms`), and each device of `devices` on
+    which the run's archs were costed (`latency[device][arch id]`, e.g. `report_page.RunView.latency`)."""
+    searched = _searched(rows, metric)
+    out = []
+    for b in baselines:
+        figure = test_figure(b, metric)
+        if figure is None or baseline_type(b) not in ("standalone", "reference", "zoo"):
+            continue
+        for device in devices:
+            if b.get(f"{device}_ms", "") == "" or device not in latency:
+                continue
+            ms = float(b[f"{device}_ms"])
+            archs = [(r["id"], test_figure(r, metric), latency[device][r["id"]]) for r in searched
+                     if r["id"] in latency[device]]
+            good = [a for a in archs if a[1] >= figure]
+            fast = [a for a in archs if a[2] <= ms]
+            out.append(GenerationMatch(b["name"], device, figure, ms,
+                                       min(good, key=lambda a: (a[2], -a[1])) if good else None,
+                                       max(fast, key=lambda a: (a[1], -a[2])) if fast else None))
+    return out
+
+
+def generation_lines(matches: Sequence[GenerationMatch], metric: str) -> list[str]:
+    """`generation_matches` as a markdown table (the run's log and `scripts/paper_table.py`)."""
+    lines = [f"| baseline | device | test {metric} | latency (us) | fastest arch as good | its {metric} | "
+             f"latency (us) | fps ratio | best arch as fast | its {metric} | latency (us) | gain |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for m in matches:
+        fastest = (f"{m.fastest[0]} | {m.fastest[1]:.2f} | {m.fastest[2] * 1e3:.2f} | {m.fps_ratio:.2f}x"
+                   if m.fastest else "none as good | | |")
+        best = (f"{m.best[0]} | {m.best[1]:.2f} | {m.best[2] * 1e3:.2f} | {m.gain:+.2f}" if m.best
+                else "none as fast | | |")
+        lines.append(f"| {m.name} | {m.device} | {m.figure:.2f} | {m.latency_ms * 1e3:.2f} | {fastest} | {best} |")
+    return lines
 
 
 def read_stage_times(run_dir: RunDir) -> dict | None:
@@ -283,6 +368,13 @@ def build_report(run_dir: RunDir, space=None) -> None:
 
     _check_run(run_dir)
     view = load_run(run_dir, space=space)
+    from .report_page import DEVICES
+
+    table = generation_lines(generation_matches(view.rows, view.baselines, view.metric, view.latency, DEVICES),
+                             view.metric)
+    if len(table) > 2:
+        logger.info("finalised archs against the trained baselines, per NPU generation (test split):\n%s",
+                    "\n".join(table))
     png = _plot(view.rows, view.baselines, view.metric, view.cost_model)
     atomic_write_bytes(run_dir.pareto_png, png)
     atomic_write_text(run_dir.report_html, run_page(run_dir, view, png))

@@ -20,8 +20,8 @@ import yaml
 
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .pareto import pareto_mask
-from .report import (baseline_matches, fidelity_of, headline, metric_of, paper_sentence, read_csv, read_stage_times,
-                     test_figure)
+from .report import (LIKE_WITH_LIKE, baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
+                     metric_of, paper_sentence, read_csv, read_stage_times, test_figure)
 from .rundir import RunDir
 
 logger = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ class RunView:
     space: dict
     latency: dict[str, dict[str, float]]
     notes: list[str] = field(default_factory=list)
+    config: dict = field(default_factory=dict)
 
 
 def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
@@ -67,7 +68,8 @@ def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     config = yaml.safe_load(run_dir.config.read_text(encoding="utf-8")) if run_dir.config.exists() else {}
     view = RunView(run_dir.path.name, run_dir.path, prefix, metric, rows,
                    read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], rows[0]["cost_model"],
-                   (config or {}).get("space") or {}, {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}})
+                   (config or {}).get("space") or {}, {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}},
+                   config=config or {})
     if add_measured(rows, run_dir):
         view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
     try:
@@ -314,16 +316,68 @@ def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------ run facts
+def _span(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:g}" if lo == hi else f"{lo:g}-{hi:g}"
+
+
+def training_note(view: RunView) -> str:
+    """What each side of the headline trained: the finalised archs (supernet and finalisation epochs, from the
+    run's config and candidates.csv) and the trained baselines (baselines.csv's epochs)."""
+    final = [float(r["final_epochs"]) for r in view.rows if r.get("final_epochs", "") != ""]
+    train = view.config.get("train") or {}
+    init = ((view.config.get("search") or {}).get("finalize") or {}).get("init", "inherited")
+    parts = []
+    if final:
+        supernet = f"{float(train['epochs']):g} supernet + " if init == "inherited" and "epochs" in train else ""
+        parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
+    trained = [float(b["epochs"]) for b in view.baselines
+               if baseline_type(b) in ("standalone", "reference", "zoo") and b.get("epochs", "") != ""]
+    if trained:
+        parts.append(f"trained baselines {_span(trained)} epochs from scratch")
+    return "; ".join(parts)
+
+
 def _headline_section(view: RunView) -> str:
-    """The papers' sentence with the run's numbers (`paper_sentence`), then each baseline's match."""
+    """The papers' sentence with the run's numbers (`paper_sentence`, like with like only), what each side
+    trained, then each baseline's match."""
     lines = headline(view.rows, view.baselines, view.metric)
     if not lines:
         return ""
     sentence = paper_sentence(baseline_matches(view.rows, view.baselines, view.metric), view.metric)
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in lines)
-    return (f'<p class="headline"><b>Searched: {html.escape(sentence)}</b> (test split, latency on '
-            f"<code>{html.escape(view.cost_model)}</code>).</p><p>Against the baselines, on the test split:</p>"
-            f"<ul>{items}</ul>")
+    training = training_note(view)
+    where = f"test split, latency on <code>{html.escape(view.cost_model)}</code>" + (
+        f"; {html.escape(training)}" if training else "")
+    top = (f'<p class="headline"><b>Searched: {html.escape(sentence)}</b> ({where}).</p>' if sentence else
+           "<p>No headline: no baseline of this run is a network trained from scratch as long as the finalised "
+           f"archs ({', '.join(LIKE_WITH_LIKE)}); zoo networks give one (<code>configs/fmnist_zoo.yaml</code>).</p>")
+    kinds = {b["name"]: baseline_type(b) for b in view.baselines}
+    items = "".join(f"<li>{html.escape(line)}"
+                    + (" <i>(inherited weights: not like with like)</i>" if kinds.get(line.split(" (")[0]) == "subnet"
+                       else "") + "</li>" for line in lines)
+    return f"{top}<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
+
+
+def generations_section(view: RunView) -> str:
+    """The papers' table on every NPU generation (`generation_matches`), or nothing without a trained
+    baseline costed on them."""
+    matches = generation_matches(view.rows, view.baselines, view.metric, view.latency, DEVICES)
+    if not matches:
+        return ""
+    unit = view.metric
+    rows = [{"baseline": m.name, "device": m.device, f"test {unit}": f"{m.figure:.2f}",
+             "latency (us)": f"{m.latency_ms * 1e3:.2f}",
+             "fastest arch as good": m.fastest[0] if m.fastest else "none",
+             f"its test {unit}": f"{m.fastest[1]:.2f}" if m.fastest else "",
+             "its latency (us)": f"{m.fastest[2] * 1e3:.2f}" if m.fastest else "",
+             "fps ratio": f"{m.fps_ratio:.2f}x" if m.fastest else "",
+             "best arch as fast": m.best[0] if m.best else "none",
+             f"its test {unit} ": f"{m.best[1]:.2f}" if m.best else "",
+             "gain": f"{m.gain:+.2f}" if m.best else ""} for m in matches]
+    return ("<h2>Against the trained baselines, per NPU generation</h2><p>Each trained baseline and the finalised "
+            "archs costed by VPUNN on each generation: the fastest finalised arch at least as good on the test split "
+            "and its fps ratio, and the best finalised arch at most as slow and its gain; <i>none</i> where no "
+            f"finalised arch qualifies. {html.escape(training_note(view))}.</p>" + sortable_table(rows, list(rows[0])))
 
 
 def _correction_note(run_dir: RunDir) -> str:
@@ -429,9 +483,10 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     columns = ["id", metric, f"test_{metric}", "latency_ms", *devices, "params", "macs", "arch"]
     final_columns = ["id", f"final_{metric}", *_final_scores(view, final), metric, "latency_ms", *measured,
                      *devices, "is_final_pareto", "params", "macs", "arch"]
-    base_columns = [c for c in ("name", metric, f"test_{metric}") if baselines and c in baselines[0]]
+    base_columns = [c for c in ("name", "type", metric, f"test_{metric}") if baselines and c in baselines[0]]
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
-    base_columns += [c for c in ("latency_ms", "params", "macs", "note") if baselines and c in baselines[0]]
+    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in DEVICES), "params", "macs", "epochs", "note")
+                     if baselines and c in baselines[0]]
     tau = fidelity_of(final, metric)
     final_section = "" if not final else (
         f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
@@ -449,6 +504,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
 {_headline_section(view)}
 <h2>Front</h2>{section}{_png(png, "pareto.png")}
 {final_section}
+{generations_section(view)}
 <h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
 <h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])
                    if baselines else "<p>none</p>"}

@@ -24,6 +24,7 @@ from search_spaces import SearchSpace, arch_key, build_space
 from tasks import build_task
 
 from .config import ConfigError, RunConfig, config_to_yaml, load_config
+from .baseline_workers import BaselineWorkers
 from .distributed import Distributed, current, start
 from .errors import RunDirError
 from .evaluation import CachedEvaluator
@@ -253,6 +254,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         atomic_write_text(run_dir.config, config_to_yaml(config))
     handler = _attach_log(run_dir) if dist.is_main else None
     clock = StageClock(run_dir)
+    workers = BaselineWorkers(ctx)
     try:
         started = time.perf_counter()
         logger.info("run %s: %s; cost model %s; %d threads on %s%s", run_dir.path, ctx.space.describe(),
@@ -278,20 +280,21 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         front = [r for r, on in zip(records, on_front) if on]
         test_metrics = {r["key"]: round(t["test"], 4)
                         for r, t in zip(front, test_eval.evaluate_all([r["arch"] for r in front]))}
-        rows = _finish(ctx, outcome, records, test_metrics, clock, started) if dist.is_main else None
+        rows = _finish(ctx, outcome, records, test_metrics, clock, started, workers) if dist.is_main else None
         return dist.broadcast(rows)
     except KeyboardInterrupt:  # an interrupted session's time counts; an error's does not
         if dist.is_main:
             clock.save()
         raise
     finally:
+        workers.stop()
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
 
 
 def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
-            started: float) -> list[dict]:
+            started: float, workers: BaselineWorkers) -> list[dict]:
     """Rank 0's part after the search: candidates.csv, finalisation, measurements, baselines, the report."""
     from .baselines import evaluate_baselines
 
@@ -305,7 +308,7 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     measured_beside_predicted(ctx, list({r["key"]: r for r in records if r["key"] in finals}.values()))
     rows = write_results(ctx, records, test_metrics, finals)
     clock.start("baselines")
-    evaluate_baselines(ctx, outcome.evaluator)
+    evaluate_baselines(ctx, outcome.evaluator, workers)
     clock.save()
     build_report(run_dir, space=ctx.space)
     logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,

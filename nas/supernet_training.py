@@ -170,6 +170,7 @@ class SupernetTrainer:
         from timm.scheduler import create_scheduler_v2
 
         self.space, self.supernet, self.task, self.config, self.seed = space, supernet, task, config, seed
+        self.progress_label = "supernet"
         self.checkpoint_path = Path(checkpoint_path)
         self.dist = dist if dist is not None else Distributed()
         self.device = torch.device(device)
@@ -285,10 +286,10 @@ class SupernetTrainer:
 
         if self.done:
             return
-        bar = tqdm(total=self.total_steps, initial=self.global_step, desc="supernet", unit="step",
+        bar = tqdm(total=self.total_steps, initial=self.global_step, desc=self.progress_label, unit="step",
                    disable=not progress or not self.dist.is_main, dynamic_ncols=True)
         started, first = time.perf_counter(), self.global_step
-        with (StopRequests() as stop, log_session_steps(self, "supernet training", first),
+        with (StopRequests() as stop, log_session_steps(self, f"{self.progress_label} training", first),
               ThreadGovernor() as governor):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
@@ -314,7 +315,8 @@ class SupernetTrainer:
                     if self.done:
                         break
         bar.close()
-        logger.info("supernet training finished: %d steps in %.0f s", self.total_steps, time.perf_counter() - started)
+        logger.info("%s training finished: %d steps in %.0f s", self.progress_label, self.total_steps,
+                    time.perf_counter() - started)
 
 
 @contextmanager

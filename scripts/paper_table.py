@@ -2,20 +2,22 @@
 
     .venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]
 
-For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch at least as
-good on the test split and its fps ratio (`nas.report.baseline_matches`, the report's headline; PSNR runs also
-get the PSNR ratio), all on the run's own cost model; then one sentence in the papers' form ("1.3x fps over
-MobileNetV2-1.4 and 2.2x over ResNet50-style at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our
-numbers (`nas.report.paper_sentence`). A classification run's sentence compares against its reference baselines
-(`type: reference`, found by their network whatever their names: MobileNetV2-<width>, ResNet<depth>-style)
-when it has any, else against all its baselines.
+For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch (the
+finalised archs, when the run has any) at least as good on the test split and its fps ratio
+(`nas.report.baseline_matches`, the report's headline; PSNR runs also get the PSNR ratio), on the run's own cost
+model; then, for the baselines trained from scratch (`standalone`, `reference`, `zoo`), the same on every NPU
+generation (VPU 2.0 / 2.7 / 4.0 / NPU 5.0 by VPUNN) with the best arch at most as slow and its gain
+(`nas.report.generation_matches`); then one sentence in the papers' form ("1.3x fps over MobileNetV2-1.4 and 2.2x
+over ResNet50-style at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our numbers
+(`nas.report.paper_sentence`: like with like only, never a subnet on inherited weights).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from nas.report import baseline_matches, metric_of, paper_sentence, read_csv
+from nas.report import baseline_matches, generation_lines, generation_matches, metric_of, paper_sentence, read_csv
+from nas.report_page import DEVICES, load_run, training_note
 from nas.rundir import RunDir
 
 UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
@@ -39,7 +41,12 @@ def run_table(run_dir: RunDir) -> tuple[list[str], str]:
                      + (f"{m.arch_id} | {m.arch_figure:.2f} | {m.arch_latency_ms:.4g} | {m.fps_ratio:.2f}x |"
                         if found else "none as good | | | |")
                      + ((f" {m.arch_figure / m.figure:.3f}x |" if found else " |") if psnr else ""))
-    return lines, paper_sentence(matches, metric) or "no baseline with a test figure"
+    view = load_run(run_dir)
+    per_generation = generation_matches(view.rows, view.baselines, metric, view.latency, DEVICES)
+    if per_generation:
+        lines += ["", f"{run_dir.path.name} per NPU generation (VPUNN), test {unit}; {training_note(view)}:", "",
+                  *generation_lines(per_generation, metric)]
+    return lines, paper_sentence(matches, metric) or "no baseline trained as long as the finalised archs"
 
 
 def main(argv: list[str] | None = None) -> int:

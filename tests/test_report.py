@@ -128,8 +128,9 @@ def test_paper_table(smoke_run):
     baseline = read_csv(smoke_run.baselines)[0]
     table = [line for line in proc.stdout.splitlines() if line.startswith("| largest |")]
     assert len(table) == 1 and f"| {float(baseline['test_top1']):.2f} |" in table[0]
-    ratio = float(table[0].split("|")[7].strip().rstrip("x"))
-    assert re.search(rf"^Searched: {ratio:.1f}x fps over largest at equal accuracy\.$", proc.stdout, re.M)
+    float(table[0].split("|")[7].strip().rstrip("x"))
+    # a subnet on inherited weights is not like with like: no sentence of the papers' form against it
+    assert re.search(r"^Searched: no baseline trained as long as the finalised archs\.$", proc.stdout, re.M)
 
 
 ARCHS = {"mobilenet": ({"depth": [1, 2], "kernel": [[3], [5, 7]], "expand": [[3], [4, 6]]},
@@ -186,4 +187,4 @@ def test_papers_sentence_names_reference_baselines_by_network():
                                           "c (MobileNetV2-1.0)"]
     assert paper_sentence(matches, "top1") == ("1.3x fps over MobileNetV2-1.4 and 2.2x over ResNet50-style at "
                                                "equal accuracy; no searched arch reaches MobileNetV2-1.0")
-    assert paper_sentence(matches[:1], "top1") == "3.0x fps over largest at equal accuracy"
+    assert paper_sentence(matches[:1], "top1") == ""  # a subnet on inherited weights: not like with like

@@ -44,7 +44,7 @@ def test_candidates_have_psnr_and_a_front(sr_run):
 
 def test_baselines_bicubic_and_edsr_beside_the_front(sr_run):
     baselines = {b["name"]: b for b in read_csv(sr_run.baselines)}
-    assert list(baselines) == ["bicubic", "EDSR-baseline", "smallest-standalone", "largest"]
+    assert list(baselines) == ["bicubic", "EDSR-baseline", "ESPCN", "smallest-standalone", "largest"]
     assert list(baselines["bicubic"])[:4] == ["name", "psnr", "test_psnr", "test_ssim"]
     bicubic, edsr = baselines["bicubic"], baselines["EDSR-baseline"]
     assert bicubic["params"] == "0" and 20 < float(bicubic["test_psnr"]) < 45 and 0 < float(bicubic["test_ssim"]) < 1
@@ -53,6 +53,9 @@ def test_baselines_bicubic_and_edsr_beside_the_front(sr_run):
     assert "trained from scratch" in edsr["note"] and "outside the space" in edsr["note"]
     assert "arch of the space" in baselines["smallest-standalone"]["note"]
     assert "(20 steps" in edsr["note"] and "(30 steps" in baselines["smallest-standalone"]["note"]  # its own budget
+    espcn = baselines["ESPCN"]  # a zoo network, trained as long as the finalised archs: 1 epoch of 20 steps
+    assert espcn["type"] == "zoo" and "ESPCN" in espcn["note"] and "(20 steps" in espcn["note"]
+    assert float(espcn["epochs"]) == 1 and float(espcn["test_psnr"]) > 20 and float(espcn["VPU_4_0_ms"]) > 0
     assert baselines["largest"]["note"] == "subnet with inherited weights" and baselines["largest"]["test_ssim"]
     assert (sr_run.checkpoint_dir / "baseline_EDSR-baseline.pt").exists()
     page = sr_run.report_html.read_text()
