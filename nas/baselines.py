@@ -46,6 +46,7 @@ import logging
 import re
 from typing import Callable
 
+import timm
 import torch
 import torch.nn as nn
 
@@ -288,8 +289,6 @@ def _zoo_parts(ctx, spec: dict) -> _CachedNetwork:
     model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
     source = "auto" if scale is not None else settings["source"]
     outputs = task.num_outputs
-    import timm
-
     identity = {"network": f"zoo-{model}", **settings, "timm": timm.__version__}
     return _CachedNetwork(identity,
                           lambda: zoo_network(model, task.input_shape, outputs, source=source, kwargs=kwargs,
@@ -308,48 +307,59 @@ def _check_zoo(ctx, spec: dict) -> None:
 _CACHED_PARTS = {"reference": _reference_parts, "zoo": _zoo_parts}
 
 
-def _cache_entry(ctx, spec: dict) -> tuple[_CachedNetwork, TrainConfig, dict]:
-    """(the network, its recipe, its cache key) of a `reference` or `zoo` baseline."""
+@dataclasses.dataclass
+class _CacheEntry:
+    """A `reference` or `zoo` baseline as the cache knows it: its network, recipe (with its budget in words) and
+    key."""
+
+    parts: _CachedNetwork
+    recipe: TrainConfig
+    budget: str
+    key: dict
+
+
+def _cache_entry(ctx, spec: dict) -> _CacheEntry:
     parts, task = _CACHED_PARTS[spec["type"]](ctx, spec), ctx.task
-    recipe, _ = _baseline_recipe(ctx, spec)
-    return parts, recipe, cache_key(parts.identity, task.input_shape, task.num_outputs, ctx.config.task, recipe,
-                                    ctx.config.seed)
+    recipe, budget = _baseline_recipe(ctx, spec)
+    return _CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
+                                                        ctx.config.task, recipe, ctx.config.seed))
 
 
 def cached_baseline_path(ctx, spec: dict):
     """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
-    return BaselineCache().path(_cache_entry(ctx, spec)[2])
+    return BaselineCache().path(_cache_entry(ctx, spec).key)
 
 
-def train_cached_baseline(ctx, spec: dict) -> tuple[dict, int, bool]:
-    """The scores and steps of a `reference` or `zoo` baseline, from the cache or trained now and cached; and
-    whether it was trained now."""
-    parts, recipe, key = _cache_entry(ctx, spec)
+def train_cached_baseline(ctx, spec: dict, entry: _CacheEntry | None = None) -> tuple[dict, int]:
+    """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
+    cached."""
+    entry = entry or _cache_entry(ctx, spec)
     task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
 
     def fresh() -> nn.Module:
         torch.manual_seed(seed)
-        return parts.fresh()
+        return entry.parts.fresh()
 
-    cached = cache.load(key, fresh())
+    cached = cache.load(entry.key, fresh())
     if cached is not None:
-        logger.info("baselines[%s]: trained weights and scores from the cache (%s)", spec["name"], cache.path(key))
-        return cached.scores, cached.steps, False
-    model, steps = _train_from_scratch(ctx, spec, fresh(), recipe)
+        logger.info("baselines[%s]: trained weights and scores from the cache (%s)", spec["name"],
+                    cache.path(entry.key))
+        return cached.scores, cached.steps
+    model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe)
     scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
     logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
-                cache.store(key, model, scores, steps))
-    return scores, steps, True
+                cache.store(entry.key, model, scores, steps))
+    return scores, steps
 
 
 def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    parts = _CACHED_PARTS[spec["type"]](ctx, spec)
-    recipe, budget = _baseline_recipe(ctx, spec)
-    scores, steps, _ = train_cached_baseline(ctx, spec)
-    params, macs = complexity([parts.block])
-    return {"arch": parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([parts.block]), 6),
-            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(recipe.epochs, 3),
-            "note": f"{parts.note}, trained from scratch ({steps} steps, {budget})", "blocks": [parts.block]}
+    entry = _cache_entry(ctx, spec)
+    scores, steps = train_cached_baseline(ctx, spec, entry)
+    block = entry.parts.block
+    params, macs = complexity([block])
+    return {"arch": entry.parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
+            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(entry.recipe.epochs, 3),
+            "note": f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})", "blocks": [block]}
 
 
 def _check_bicubic(ctx, spec: dict) -> None:

@@ -11,7 +11,9 @@ batch and the teacher's output on it are computed once for all students; on the 
 side, one per thread, the teacher's forward beside theirs (`LockstepTrainer._nets_side_by_side`).
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
-report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. With
+report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. Where its
+inherited subnet scores better on the whole val split than the trained net, the arch keeps its inherited weights
+(`final_epochs` 0, logged): finalisation never makes an arch worse. With
 `int8`, it also gets `final_int8_test_<metric>`: the test metric of its INT8 model, as the NPU runs it.
 The Kendall tau between inherited-weight and finalised val metric over the finalised archs is the supernet's
 ranking fidelity.
@@ -532,10 +534,23 @@ def load_final_weights(run_dir, arch_id: int, net: nn.Module) -> bool:
     return True
 
 
-def _scores(task, model: nn.Module) -> dict:
-    """final_<metric> on the whole val split, final_test_<metric> (and the task's other test scores)."""
-    val = float(task.evaluate(fed_from_cpu(model), "val", all_images=True))
-    return {f"final_{task.metric}": round(val, 4), **{f"final_{k}": v for k, v in test_scores(task, model).items()}}
+def _val(task, model: nn.Module) -> float:
+    """The metric on the whole val split."""
+    return round(float(task.evaluate(fed_from_cpu(model), "val", all_images=True)), 4)
+
+
+def _better_of(task, trained: nn.Module, inherited: nn.Module) -> tuple[nn.Module, dict, float | None]:
+    """Whichever of the trained net and the arch's inherited subnet (recalibrated) scores better on the whole val
+    split, with its final_<metric> (val) and final_test_<metric> (and the task's other test scores); the third
+    value is the trained net's val metric when the inherited subnet won, else None. Finalisation so never hands
+    over an arch worse than its inherited weights made it (too short a schedule, a weak teacher, too high a
+    learning rate)."""
+    trained_val, inherited_val = _val(task, trained), _val(task, inherited)
+    keep = inherited_val > trained_val
+    net = inherited if keep else trained
+    scores = {f"final_{task.metric}": inherited_val if keep else trained_val,
+              **{f"final_{k}": v for k, v in test_scores(task, net).items()}}
+    return net, scores, trained_val if keep else None
 
 
 def _int8_scores(ctx, chosen: Sequence[dict], keys: Sequence[str], evaluator: ArchEvaluator) -> dict[str, float]:
@@ -671,7 +686,8 @@ def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
     step_seconds, net_seconds = trainer.time_steps()
     probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
     timed = time.perf_counter()
-    _scores(ctx.task, recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last))
+    probe = recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last)
+    _better_of(ctx.task, probe, probe)  # its inherited subnet is scored beside it
     return step_seconds, net_seconds, (time.perf_counter() - timed) * len(trainer.nets)
 
 
@@ -756,9 +772,15 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
             if key in scored:
                 continue
             net = recalibrate_batchnorm(net, task.calibration_batches(), calibrate)
+            net, scores, rejected = _better_of(task, net, evaluator.subnet(record["arch"]))
+            kept = rejected is not None
+            if kept:
+                logger.info("  id %d: its inherited weights score %.2f on val, %.3g epochs of finalisation %.2f: it "
+                            "keeps them (final_epochs 0)", record["id"], scores[f"final_{task.metric}"], epochs,
+                            rejected)
             plain = net.to(memory_format=torch.contiguous_format)
             atomic_torch_save(plain.state_dict(), final_weights_path(run_dir, record["id"]))
-            scored[key] = dict(_scores(task, net), final_epochs=round(epochs, 2), key=key, id=record["id"])
+            scored[key] = dict(scores, final_epochs=0 if kept else round(epochs, 2), key=key, id=record["id"])
             journal.append(scored[key])
     finals = {k: {f: v for f, v in scored[k].items() if f not in ("key", "id")} for k in keys}
     if config.int8:

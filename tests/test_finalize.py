@@ -465,3 +465,33 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
     assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)
     assert all(r["final_epochs"] == "0.5" for r in final)
+
+
+def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
+    """The better of the trained net and the inherited subnet on the whole val split is kept (and its test scores
+    reported)."""
+    from nas.finalize import _better_of
+
+    class Task:
+        metric = "top1"
+
+        def evaluate(self, model, split, all_images=True):
+            return model.score[split]
+
+    def net(val, test):
+        module = nn.Identity()
+        module.score = {"val": val, "test": test}
+        return module
+
+    trained, inherited = net(80.0, 79.0), net(85.0, 84.0)
+    kept, scores, rejected = _better_of(Task(), trained, inherited)
+    assert kept is inherited and scores == {"final_top1": 85.0, "final_test_top1": 84.0} and rejected == 80.0
+    kept, scores, rejected = _better_of(Task(), net(86.0, 70.0), inherited)  # val decides, not test
+    assert scores == {"final_top1": 86.0, "final_test_top1": 70.0} and rejected is None
+
+
+def test_no_finalised_arch_of_the_smoke_run_scores_below_its_inherited_val(smoke_run):
+    rows = [r for r in read_csv(smoke_run.candidates) if r["final_top1"] != ""]
+    config = load_config(smoke_run.config)
+    assert config.task.eval_images >= config.task.val_size  # inherited top1 is on the whole val split too
+    assert rows and all(float(r["final_top1"]) >= float(r["top1"]) for r in rows)

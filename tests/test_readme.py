@@ -1,4 +1,5 @@
-"""The README is a contract: every command it shows runs, here on the smoke configs and small inputs.
+"""The README is a contract: every command it and its docs/ pages show runs, here on the smoke configs and small
+inputs.
 
 `README_COMMANDS` maps each command line of the README (code blocks and inline `vpunas ...` examples) to the
 concrete invocations that stand for it. A command added to the README without an entry here fails
@@ -31,8 +32,9 @@ FOUR_ARCH_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.k
 
 
 def _readme_commands() -> set[str]:
-    """Command lines of the README: indented code lines that run something, and inline `vpunas ...` spans."""
-    text = (REPO / "README.md").read_text()
+    """Command lines of the README and the pages of docs/ it links: indented code lines that run something, and
+    inline `vpunas ...` spans."""
+    text = "\n".join(page.read_text() for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))])
     commands = set()
     for line in text.splitlines():
         if re.match(r"    (vpunas |\.venv/bin/|scripts/)", line):
@@ -104,6 +106,19 @@ README_COMMANDS = {
     "vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0":
         lambda tmp, smoke: [["cost", str(smoke.path), "--devices", "VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0"]],
     "vpunas export": None,  # prose
+    "vpunas search": None,  # prose
+    "vpunas search CONFIG": None,  # prose
+    "vpunas export runs/fmnist_mobilenet --arch ID --format openvino":
+        lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", "openvino", "-o",
+                             str(tmp / "tour.xml")]],
+    "vpunas export RUN_DIR --arch ID --format openvino --precision int8":
+        lambda tmp, smoke: [["export", str(smoke.path), "--arch", _front_id(smoke), "--format", "openvino",
+                             "--precision", "int8", "--max-drop", "5", "-o", str(tmp / "results_int8.xml")]],
+    # the zoo run is made for a GPU: here on the CPU, cut to seconds, with one small zoo network in a worker
+    "vpunas search configs/fmnist_zoo.yaml device=cuda baseline_workers=8":
+        lambda tmp, smoke: [["search", str(CONFIGS / "fmnist_zoo.yaml"), *SHORT, "device=cpu", "baseline_workers=1",
+                             "baselines=[{name: z, type: zoo, model: mobilenetv3_small_050, train_steps: 2}]",
+                             "--out", str(tmp / "zoo")]],
     # overrides quoted in the README: each applies to the default config and runs a short smoke search
     "train.epochs=1": lambda tmp, smoke: [["search", SMOKE, *SHORT, "train.epochs=1", "--out", str(tmp / "e")]],
     "search.strategy=differentiable":

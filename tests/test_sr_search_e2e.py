@@ -45,7 +45,7 @@ def test_candidates_have_psnr_and_a_front(sr_run):
 def test_baselines_bicubic_and_edsr_beside_the_front(sr_run):
     baselines = {b["name"]: b for b in read_csv(sr_run.baselines)}
     assert list(baselines) == ["bicubic", "EDSR-baseline", "ESPCN", "smallest-standalone", "largest"]
-    assert list(baselines["bicubic"])[:4] == ["name", "psnr", "test_psnr", "test_ssim"]
+    assert list(baselines["bicubic"])[:5] == ["name", "type", "psnr", "test_psnr", "test_ssim"]
     bicubic, edsr = baselines["bicubic"], baselines["EDSR-baseline"]
     assert bicubic["params"] == "0" and 20 < float(bicubic["test_psnr"]) < 45 and 0 < float(bicubic["test_ssim"]) < 1
     assert int(edsr["params"]) == 1_369_859 and json.loads(edsr["arch"])["channels"] == 64
