@@ -35,9 +35,9 @@ class CostConfig:
         model_dir: folder of the VPUNN model files (default: $VPUNAS_VPUNN_DIR, else the files shipped in
             hw_cost/vpunn/models).
         measure_missing: measure blocks missing from a LUT on this machine instead of failing.
-        correct: a LUT measured on another machine is checked at the run's start against `correction_archs` whole
-            networks measured here and corrected to them ("auto"); "always" does so for any table, "never" uses
-            the table as measured (`nas.lut_validation.correct_for_this_machine`).
+        correct: a LUT is checked at the run's start against `correction_archs` whole networks measured here
+            (seconds) and corrected to them when its error exceeds 10 % ("auto"); "always" corrects it whatever its
+            error, "never" uses it as measured, unchecked (`nas.lut_validation.correct_for_this_machine`).
         correction_archs: networks measured for that check (the largest, the smallest, random ones).
     """
 

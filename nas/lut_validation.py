@@ -28,6 +28,8 @@ __all__ = ["agreement", "validate_table", "correct_for_this_machine",
            "plot_validation"]
 
 CORRECTION_FILE = "latency_correction.json"
+#: a table whose error on the networks measured here is at most this (MAPE, %) is used as measured by "auto"
+AGREEMENT_MAPE_PCT = 10.0
 
 
 def _predicted(space: SearchSpace, model: LutCostModel, archs: list[dict]) -> np.ndarray:
@@ -76,10 +78,13 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
               "correction": correction.to_dict(), "after_held_out": agreement(corrected[k:], measured[k:]),
               "predicted_ms": np.round(predicted, 4).tolist(), "corrected_ms": np.round(corrected, 4).tolist(),
               "measured_ms": np.round(measured, 4).tolist()}
+    # what a run's check (`correct_for_this_machine`, "auto") would decide on its first networks
+    result["a_run_corrects_it"] = bool(agreement(predicted[:k], measured[:k])["mape_pct"] > AGREEMENT_MAPE_PCT)
     logger.info("latency table against %d archs measured here: MAPE %.1f%%, %.0f%% within 10%%; corrected "
-                "(fitted on %d): MAPE %.1f%%, %.0f%% within 10%%", len(archs), result["before"]["mape_pct"],
-                100 * result["before"]["within_10pct"], k, result["after_held_out"]["mape_pct"],
-                100 * result["after_held_out"]["within_10pct"])
+                "(fitted on %d): MAPE %.1f%%, %.0f%% within 10%%; a run here %s", len(archs),
+                result["before"]["mape_pct"], 100 * result["before"]["within_10pct"], k,
+                result["after_held_out"]["mape_pct"], 100 * result["after_held_out"]["within_10pct"],
+                "corrects it (cost.correct: auto)" if result["a_run_corrects_it"] else "uses it as measured")
     return result
 
 
@@ -87,10 +92,12 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
                              run_dir) -> None:
     """Decide, once per run, whether the run's table is corrected for this machine, and record it.
 
-    `mode` is `cost.correct`. A table measured on another host, device or runtime ("auto"), or any table
-    ("always"), is checked against `n_archs` whole networks measured here and corrected by a fitted
-    `LatencyCorrection`. The decision and the figures go to the run directory's latency_correction.json; a
-    resumed run reads them back instead of measuring again, so every latency of a run comes from one model.
+    `mode` is `cost.correct`. Unless "never", the table is checked against `n_archs` whole networks measured here
+    (seconds): host metadata cannot tell that a table fits this machine, since machines of one kind differ by
+    several times in speed. "auto" corrects it by a fitted `LatencyCorrection` when its error there exceeds
+    `AGREEMENT_MAPE_PCT`, "always" whatever its error. The decision and the figures go to the run directory's
+    latency_correction.json and the log; a resumed run reads them back instead of measuring again, so every
+    latency of a run comes from one model.
     """
     if load_run_correction(model, run_dir):
         return
@@ -104,21 +111,23 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
                        "as measured, unchecked", model.name, device)
     else:
         foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
-        record["measured_elsewhere"] = foreign
-        if mode == "always" or foreign:
-            archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
-            predicted, measured = _predicted(space, model, archs), _measure_here(space, model.table, archs)
+        archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+        predicted, measured = _predicted(space, model, archs), _measure_here(space, model.table, archs)
+        before = agreement(predicted, measured)
+        record.update(measured_elsewhere=foreign, before=before, measured_ms=np.round(measured, 4).tolist())
+        where = f"measured elsewhere ({foreign})" if foreign else "measured on a machine like this one"
+        if mode == "always" or before["mape_pct"] > AGREEMENT_MAPE_PCT:
             model.correction = LatencyCorrection.fit(predicted, measured)
             corrected = model.correction.apply(predicted)
-            record.update(applied=True, correction=model.correction.to_dict(), before=agreement(predicted, measured),
-                          after=agreement(corrected, measured), measured_ms=np.round(measured, 4).tolist())
-            logger.warning("latency table %s %s: on %d networks measured here its error is %.1f%% (MAPE); "
+            record.update(applied=True, correction=model.correction.to_dict(), after=agreement(corrected, measured))
+            logger.warning("latency table %s, %s: on %d networks measured here its error is %.1f%% (MAPE); "
                            "corrected to %.3g x table + %.4f ms (error %.1f%% on the same networks)", model.name,
-                           f"was measured elsewhere ({foreign})" if foreign else "checked on this machine",
-                           len(archs), record["before"]["mape_pct"], model.correction.scale,
+                           where, len(archs), before["mape_pct"], model.correction.scale,
                            model.correction.offset_ms, record["after"]["mape_pct"])
         else:
-            logger.info("latency table %s was measured on this machine: used as measured", model.name)
+            logger.info("latency table %s, %s: on %d networks measured here its error is %.1f%% (MAPE, at most "
+                        "%g%%): used as measured", model.name, where, len(archs), before["mape_pct"],
+                        AGREEMENT_MAPE_PCT)
     atomic_write_text(Path(run_dir.path) / CORRECTION_FILE, json.dumps(record, indent=1) + "\n")
 
 

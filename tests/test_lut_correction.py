@@ -4,6 +4,7 @@ trusted."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import numpy as np
@@ -81,16 +82,41 @@ def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
     assert again.correction == model.correction
 
 
-def test_a_local_table_or_never_is_used_as_measured(tmp_path, monkeypatch):
-    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured"))
+def test_a_table_that_agrees_here_is_used_as_measured_and_never_is_unchecked(tmp_path, monkeypatch):
+    """A table is always checked (host metadata cannot tell that it fits): within 10 % it stays as it is."""
     space = _smoke_space()
     local = LatencyTable.load(TABLE)
     local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
-    for mode, table, where in (("auto", local, "local"), ("never", _foreign_table(), "never")):
-        model = LutCostModel(table)
-        correct_for_this_machine(space, model, mode, 5, 0, RunDir(tmp_path / where))
-        assert model.correction is None
-        assert json.loads((tmp_path / where / CORRECTION_FILE).read_text())["applied"] is False
+    monkeypatch.setattr(lut_validation, "_measure_here",
+                        lambda space_, table, archs: 1.05 * lut_validation._predicted(space_, LutCostModel(table), archs))
+    model = LutCostModel(local)
+    correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path / "local"))
+    record = json.loads((tmp_path / "local" / CORRECTION_FILE).read_text())
+    assert model.correction is None and record["applied"] is False and record["measured_elsewhere"] == {}
+    assert 4.9 < record["before"]["mape_pct"] < 5.1 and len(record["measured_ms"]) == 5
+    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured"))
+    model = LutCostModel(_foreign_table())
+    correct_for_this_machine(space, model, "never", 5, 0, RunDir(tmp_path / "never"))
+    assert model.correction is None
+    assert json.loads((tmp_path / "never" / CORRECTION_FILE).read_text())["applied"] is False
+
+
+def test_a_table_2x_off_on_this_machine_is_corrected_whatever_its_metadata(tmp_path, monkeypatch, caplog):
+    """A table measured on this very host (its metadata matches) that reads half the latency measured here: the
+    run's check finds it out and corrects it, and says so."""
+    space = _smoke_space()
+    local = LatencyTable.load(TABLE)
+    local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
+    monkeypatch.setattr(lut_validation, "_measure_here",
+                        lambda space_, table, archs: 2.0 * lut_validation._predicted(space_, LutCostModel(table), archs))
+    model = LutCostModel(local)
+    with caplog.at_level(logging.INFO):
+        correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path))
+    record = json.loads((tmp_path / CORRECTION_FILE).read_text())
+    assert record["applied"] and 49 < record["before"]["mape_pct"] < 51 and record["after"]["mape_pct"] < 1
+    assert model.correction.scale == pytest.approx(2.0, rel=1e-6) and abs(model.correction.offset_ms) < 1e-6
+    assert "measured on a machine like this one: on 5 networks measured here its error is 50.0% (MAPE); corrected " \
+           "to 2 x table" in caplog.text
 
 
 def test_a_table_of_a_device_this_machine_lacks_is_used_unchecked(tmp_path):
