@@ -208,10 +208,11 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
 
 
 def feasible_records(records: Sequence[dict], search) -> list[dict]:
-    """The records within the latency limit of the search (`SearchConfig.finalize_scope`): archs it treated as
-    infeasible are not worth finalisation time."""
+    """The records finalisation may choose from (`SearchConfig.finalize_candidates`: e.g. the differentiable
+    search's derived arch alone) within the latency limit of the search (`SearchConfig.finalize_scope`): archs it
+    treated as infeasible are not worth finalisation time."""
     limit, _ = search.finalize_scope()
-    return [r for r in records if limit is None or r["latency_ms"] <= limit]
+    return [r for r in search.finalize_candidates(list(records)) if limit is None or r["latency_ms"] <= limit]
 
 
 def ranking_fidelity(inherited: Sequence[float], final: Sequence[float]) -> float | None:

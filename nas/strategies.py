@@ -70,6 +70,11 @@ class SearchStrategy(ABC):
         finalisation chooses its archs."""
         return None, ("latency_ms",)
 
+    @classmethod
+    def finalize_candidates(cls, settings, records: list[dict]) -> list[dict]:
+        """The records of a search with these settings that finalisation may choose from (default: all)."""
+        return records
+
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
 
@@ -242,6 +247,12 @@ class DifferentiableSearchStrategy(SearchStrategy):
     config_class = DifferentiableConfig
     persists_state = False
 
+    @classmethod
+    def finalize_candidates(cls, settings: DifferentiableConfig, records: list[dict]) -> list[dict]:
+        """The derived arch (the last epoch's row) alone, unless `finalize_every_epoch`: an early epoch's arch is
+        a search not yet finished, not a result."""
+        return records if settings.finalize_every_epoch else records[-1:]
+
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         super().__init__(ctx, on_generation)
         self.search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train, self.settings,
@@ -317,3 +328,7 @@ class SearchConfig:
     def finalize_scope(self) -> tuple[Optional[float], tuple[str, ...]]:
         """The running strategy's `SearchStrategy.finalize_scope` with its settings."""
         return self.strategy_class.finalize_scope(self.settings())
+
+    def finalize_candidates(self, records: list[dict]) -> list[dict]:
+        """The running strategy's `SearchStrategy.finalize_candidates` with its settings."""
+        return self.strategy_class.finalize_candidates(self.settings(), records)

@@ -29,7 +29,10 @@ def test_archs_over_the_search_latency_limit_are_not_finalised():
     assert [r["id"] for r in feasible_records(records, limited)] == [0, 1]
     assert len(feasible_records(records, load_config(SMOKE).search)) == 3  # no limit
     switched = load_config(SMOKE, ["search.evolution.latency_limit_ms=2", "search.strategy=differentiable"]).search
-    assert len(feasible_records(records, switched)) == 3  # the limit is the evolution's
+    # the limit is the evolution's; a differentiable search hands over its derived arch (the last epoch's) alone
+    assert [r["id"] for r in feasible_records(records, switched)] == [2]
+    every = load_config(SMOKE, ["search.strategy=differentiable", "search.differentiable.finalize_every_epoch=true"])
+    assert len(feasible_records(records, every.search)) == 3
 
 
 def test_selection_keeps_the_ends_of_the_front_and_fills_the_widest_gap():

@@ -61,6 +61,8 @@ class DifferentiableConfig:
             decayed the same way: the distribution sharpens toward its mode, so that the expected latency the
             loss constrains converges to the latency of the arch that is derived (the mode).
         finetune_epochs / finetune_lr: training of the derived arch alone afterwards (cosine schedule).
+        finalize_every_epoch: finalisation may choose any search epoch's derived arch (candidates.csv has one row
+            per epoch); false (default): the search's result, the last epoch's derived arch, alone.
     """
 
     relaxation: str = "gumbel"
@@ -80,6 +82,7 @@ class DifferentiableConfig:
     arch_tau_end: float = 0.2
     finetune_epochs: int = 1
     finetune_lr: float = 0.01
+    finalize_every_epoch: bool = False
 
     def __post_init__(self):
         if self.relaxation not in RELAXATIONS:
