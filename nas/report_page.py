@@ -20,7 +20,7 @@ import yaml
 
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .pareto import pareto_mask
-from .report import (LIKE_WITH_LIKE, baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
+from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
                      metric_of, paper_sentence, read_csv, read_stage_times, test_figure)
 from .rundir import RunDir
 
@@ -349,8 +349,9 @@ def _headline_section(view: RunView) -> str:
     where = f"test split, latency on <code>{html.escape(view.cost_model)}</code>" + (
         f"; {html.escape(training)}" if training else "")
     top = (f'<p class="headline"><b>Searched: {html.escape(sentence)}</b> ({where}).</p>' if sentence else
-           "<p>No headline: no baseline of this run is a network trained from scratch as long as the finalised "
-           f"archs ({', '.join(LIKE_WITH_LIKE)}); zoo networks give one (<code>configs/fmnist_zoo.yaml</code>).</p>")
+           '<p class="headline">No headline: no baseline of this run is a network trained from scratch as long as '
+           "the finalised archs (types standalone, reference, zoo) or bicubic upscaling; zoo networks give one "
+           "(<code>configs/fmnist_zoo.yaml</code>).</p>")
     kinds = {b["name"]: baseline_type(b) for b in view.baselines}
     items = "".join(f"<li>{html.escape(line)}"
                     + (" <i>(inherited weights: not like with like)</i>" if kinds.get(line.split(" (")[0]) == "subnet"
