@@ -75,9 +75,9 @@ def _cost_model(spec: str, args):
 
 
 def _devices(args) -> int:
-    """`--devices`: the run's front costed on several devices (nas.generations)."""
+    """`--devices`: the run's front costed on several devices (nas.device_fronts)."""
     from hw_cost.vpunn import DEVICE_MODELS
-    from nas.generations import cost_front_on_devices
+    from nas.device_fronts import cost_front_on_devices
     from nas.rundir import RunDir
 
     devices = [d.strip().upper() for d in args.devices.split(",") if d.strip()]

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["DEVICES", "PALETTE", "RunView", "load_run", "run_page", "compare_page", "common_source",
            "source_label", "sortable_table"]
 
-#: the NPU generations every run's archs with a test figure are costed on (`nas.generations`)
+#: the NPU generations every run's archs with a test figure are costed on (`nas.device_fronts`)
 DEVICES = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 #: one colour per run on a comparison (matplotlib's tab10)
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
@@ -61,7 +61,7 @@ def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     """A run's rows and latencies from every source it has; a source that cannot be had is left out with a note
     (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
     here)."""
-    from .generations import cost_front_on_devices
+    from .device_fronts import cost_front_on_devices
 
     rows = read_csv(run_dir.candidates)
     metric = metric_of(rows)

@@ -1,14 +1,14 @@
-"""`nas.generations`: a run's front on several devices (ranking agreement, fastest arch per quality level)."""
+"""`nas.device_fronts`: a run's front on several devices (ranking agreement, fastest arch per quality level)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nas.generations import GenerationTable
+from nas.device_fronts import DeviceTable
 
 
-def _table(latency_x, latency_y, quality=(90.0, 91.0, 92.0)) -> GenerationTable:
-    return GenerationTable("top1", ["X", "Y"], ["a", "b", "c"], list(quality),
+def _table(latency_x, latency_y, quality=(90.0, 91.0, 92.0)) -> DeviceTable:
+    return DeviceTable("top1", ["X", "Y"], ["a", "b", "c"], list(quality),
                            {"X": np.array(latency_x, dtype=float), "Y": np.array(latency_y, dtype=float)})
 
 

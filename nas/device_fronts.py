@@ -24,11 +24,11 @@ from hw_cost import load_cost_model
 from .report import metric_of, read_csv, test_figure
 from .rundir import RunDir
 
-__all__ = ["GenerationTable", "cost_front_on_devices"]
+__all__ = ["DeviceTable", "cost_front_on_devices"]
 
 
 @dataclass
-class GenerationTable:
+class DeviceTable:
     """A run's front on several devices: `latency_ms[device][i]` is arch `ids[i]`'s latency there."""
 
     metric: str
@@ -80,7 +80,7 @@ class GenerationTable:
 
 def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str | None = None,
                           model_dir: str | None = None, rows: Sequence[dict] | None = None,
-                          space=None) -> GenerationTable:
+                          space=None) -> DeviceTable:
     """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`).
 
     `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
@@ -102,5 +102,5 @@ def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str
         flat = model.block_latencies_ms([b for arch in blocks for b in arch])
         bounds = np.cumsum([0] + [len(arch) for arch in blocks])
         latency[device] = np.array([flat[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
-    return GenerationTable(metric, list(devices), [r["id"] for r in front],
+    return DeviceTable(metric, list(devices), [r["id"] for r in front],
                            [test_figure(r, metric) for r in front], latency)
