@@ -55,6 +55,7 @@ from search_spaces import ArchError, Supernet, arch_key
 
 from .baseline_cache import BaselineCache, cache_key
 from .config import ConfigError
+from .device_fronts import NPU_GENERATIONS
 from .evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
 from .reference_networks import check_reference, describe_reference, reference_block, reference_network
 from .report import write_csv
@@ -64,10 +65,8 @@ from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 logger = logging.getLogger(__name__)
 
 __all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "NPU_GENERATIONS", "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path"]
+           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path"]
 
-#: the NPU generations every network baseline is costed on (VPUNN), beside the run's own cost model
-NPU_GENERATIONS = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 
 
 def resolve_arch(space, arch, where: str) -> dict:

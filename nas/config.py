@@ -20,10 +20,10 @@ from .finalize import FinalizeConfig
 from .strategies import STRATEGIES, SearchConfig
 from .supernet_training import TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "DEVICES"]
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "RUN_DEVICES"]
 
 #: values of the top-level `device` key
-DEVICES = ("auto", "cpu", "cuda")
+RUN_DEVICES = ("auto", "cpu", "cuda")
 
 
 @dataclass
@@ -301,8 +301,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("baselines: expected a list of mappings, each with a name")
     if top.threads < 0:
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
-    if top.device not in DEVICES:
-        raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(DEVICES)}")
+    if top.device not in RUN_DEVICES:
+        raise ConfigError(f"device: unknown {top.device!r}; valid: {', '.join(RUN_DEVICES)}")
     if isinstance(top.baseline_workers, bool) or top.baseline_workers < 0:
         raise ConfigError("baseline_workers: must be a whole number >= 0")
     train = _structured(TrainConfig, top.train, "train")

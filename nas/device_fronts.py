@@ -24,7 +24,10 @@ from hw_cost import load_cost_model
 from .report import metric_of, read_csv, test_figure
 from .rundir import RunDir
 
-__all__ = ["DeviceTable", "cost_front_on_devices"]
+__all__ = ["NPU_GENERATIONS", "DeviceTable", "cost_front_on_devices"]
+
+#: the NPU generations a run's archs and network baselines are costed on, by VPUNN
+NPU_GENERATIONS = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 
 
 @dataclass

@@ -368,9 +368,10 @@ def build_report(run_dir: RunDir, space=None) -> None:
 
     _check_run(run_dir)
     view = load_run(run_dir, space=space)
-    from .report_page import DEVICES
+    from .device_fronts import NPU_GENERATIONS
 
-    table = generation_lines(generation_matches(view.rows, view.baselines, view.metric, view.latency, DEVICES),
+    table = generation_lines(generation_matches(view.rows, view.baselines, view.metric, view.latency,
+                                                  NPU_GENERATIONS),
                              view.metric)
     if len(table) > 2:
         logger.info("finalised archs against the trained baselines, per NPU generation (test split):\n%s",

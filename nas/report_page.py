@@ -19,6 +19,7 @@ from typing import Sequence
 import yaml
 
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
+from .device_fronts import NPU_GENERATIONS, cost_front_on_devices
 from .pareto import pareto_mask
 from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
                      metric_of, paper_sentence, read_csv, read_stage_times, test_figure)
@@ -26,11 +27,9 @@ from .rundir import RunDir
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEVICES", "PALETTE", "RunView", "load_run", "run_page", "compare_page", "common_source",
+__all__ = ["PALETTE", "RunView", "load_run", "run_page", "compare_page", "common_source",
            "source_label", "sortable_table"]
 
-#: the NPU generations every run's archs with a test figure are costed on (`nas.device_fronts`)
-DEVICES = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 #: one colour per run on a comparison (matplotlib's tab10)
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
@@ -61,8 +60,6 @@ def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     """A run's rows and latencies from every source it has; a source that cannot be had is left out with a note
     (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
     here)."""
-    from .device_fronts import cost_front_on_devices
-
     rows = read_csv(run_dir.candidates)
     metric = metric_of(rows)
     config = yaml.safe_load(run_dir.config.read_text(encoding="utf-8")) if run_dir.config.exists() else {}
@@ -73,13 +70,13 @@ def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     if add_measured(rows, run_dir):
         view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
     try:
-        table = cost_front_on_devices(run_dir, DEVICES, rows=rows, space=space)
+        table = cost_front_on_devices(run_dir, NPU_GENERATIONS, rows=rows, space=space)
     except (ValueError, OSError) as exc:  # the errors of a config, data set or model file that do not load
         logger.warning("%s: VPUNN latencies left out: %s", run_dir.path, exc)
-        view.notes.append(f"VPUNN latency of {', '.join(DEVICES)} left out: the run could not be costed again "
+        view.notes.append(f"VPUNN latency of {', '.join(NPU_GENERATIONS)} left out: the run could not be costed again "
                           f"here ({exc}).")
     else:
-        for device in DEVICES:
+        for device in NPU_GENERATIONS:
             view.latency[device] = dict(zip(table.ids, map(float, table.latency_ms[device])))
     return view
 
@@ -99,7 +96,7 @@ def common_source(views: Sequence[RunView]) -> str:
     default target, first), else each run's own."""
     if len({v.cost_model for v in views}) == 1:
         return "cost"
-    preferred = ("VPU_2_7", *(d for d in DEVICES if d != "VPU_2_7"))
+    preferred = ("VPU_2_7", *(d for d in NPU_GENERATIONS if d != "VPU_2_7"))
     return next((d for d in preferred if all(d in v.latency for v in views)), "cost")
 
 
@@ -213,7 +210,7 @@ def front_section(views: Sequence[RunView]) -> tuple[str, dict]:
     """The toggles, one plot per (latency source, split), the hover box and the selection panel; and the data
     the page's JS shows on hover (`points`: key -> title, info lines)."""
     metric, compare = views[0].metric, len(views) > 1
-    sources = [s for s in ("cost", "measured", *DEVICES) if any(s in v.latency for v in views)]
+    sources = [s for s in ("cost", "measured", *NPU_GENERATIONS) if any(s in v.latency for v in views)]
     first = common_source(views)
     plots, radios = [], []
     for source in sources:
@@ -295,9 +292,9 @@ def sortable_table(rows: Sequence[dict], columns: Sequence[str], keys: Sequence[
 
 def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
     """Give `rows` (of `view`) a latency column per VPUNN device the run was costed on; returns their names."""
-    columns = [f"{d}_ms" for d in DEVICES if d in view.latency]
+    columns = [f"{d}_ms" for d in NPU_GENERATIONS if d in view.latency]
     for r in rows:
-        for d, c in zip([d for d in DEVICES if d in view.latency], columns):
+        for d, c in zip([d for d in NPU_GENERATIONS if d in view.latency], columns):
             r[c] = _fmt(view.latency[d][r["id"]]) if r["id"] in view.latency[d] else ""
     return columns
 
@@ -362,7 +359,7 @@ def _headline_section(view: RunView) -> str:
 def generations_section(view: RunView) -> str:
     """The papers' table on every NPU generation (`generation_matches`), or nothing without a trained
     baseline costed on them."""
-    matches = generation_matches(view.rows, view.baselines, view.metric, view.latency, DEVICES)
+    matches = generation_matches(view.rows, view.baselines, view.metric, view.latency, NPU_GENERATIONS)
     if not matches:
         return ""
     unit = view.metric
@@ -486,7 +483,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
                      *devices, "is_final_pareto", "params", "macs", "arch"]
     base_columns = [c for c in ("name", "type", metric, f"test_{metric}") if baselines and c in baselines[0]]
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
-    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in DEVICES), "params", "macs", "epochs", "note")
+    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note")
                      if baselines and c in baselines[0]]
     tau = fidelity_of(final, metric)
     final_section = "" if not final else (

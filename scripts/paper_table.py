@@ -17,7 +17,8 @@ import argparse
 import sys
 
 from nas.report import baseline_matches, generation_lines, generation_matches, metric_of, paper_sentence, read_csv
-from nas.report_page import DEVICES, load_run, training_note
+from nas.device_fronts import NPU_GENERATIONS
+from nas.report_page import load_run, training_note
 from nas.rundir import RunDir
 
 UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
@@ -42,7 +43,7 @@ def run_table(run_dir: RunDir) -> tuple[list[str], str]:
                         if found else "none as good | | | |")
                      + ((f" {m.arch_figure / m.figure:.3f}x |" if found else " |") if psnr else ""))
     view = load_run(run_dir)
-    per_generation = generation_matches(view.rows, view.baselines, metric, view.latency, DEVICES)
+    per_generation = generation_matches(view.rows, view.baselines, metric, view.latency, NPU_GENERATIONS)
     if per_generation:
         lines += ["", f"{run_dir.path.name} per NPU generation (VPUNN), test {unit}; {training_note(view)}:", "",
                   *generation_lines(per_generation, metric)]
