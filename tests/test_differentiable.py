@@ -301,7 +301,8 @@ def test_differentiable_run_end_to_end(tmp_path):
         assert float(row["expected_latency_ms"]) > 0 and float(row["top1"]) > 20  # 10 classes: chance is 10%
     assert json.loads(rows[-1]["arch"]) == torch.load(run.supernet_checkpoint, weights_only=True)["trajectory"][-1][
         "arch"]
-    assert [r["final_top1"] != "" for r in rows] == [False, True]  # the derived arch alone is finalised
+    derived = rows[-1]["arch"]  # it alone is finalised (an earlier epoch's row shows it too when it is that arch)
+    assert all((r["final_top1"] != "") == (r["arch"] == derived) for r in rows)
     assert "Pareto front" in run.report_html.read_text()
     assert not run.strategy_state.exists()  # the strategy's state is the search's, checkpointed in supernet.pt
     before = run.candidates.read_text()

@@ -93,7 +93,7 @@ def test_a_table_that_agrees_here_is_used_as_measured_and_never_is_unchecked(tmp
     correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path / "local"))
     record = json.loads((tmp_path / "local" / CORRECTION_FILE).read_text())
     assert model.correction is None and record["applied"] is False and record["measured_elsewhere"] == {}
-    assert 4.9 < record["before"]["mape_pct"] < 5.1 and len(record["measured_ms"]) == 5
+    assert 4.7 < record["before"]["mape_pct"] < 4.8 and len(record["measured_ms"]) == 5
     monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured"))
     model = LutCostModel(_foreign_table())
     correct_for_this_machine(space, model, "never", 5, 0, RunDir(tmp_path / "never"))
