@@ -28,9 +28,9 @@ CACHE_ENV = "VPUNAS_CACHE"
 #: bumped when what an entry means changes (its layout, the adaptation of the networks)
 FORMAT = 1
 #: task settings that change neither the training batches nor the scores of a trained network
-_TASK_IRRELEVANT = {"eval_batch_size", "calib_images"}
-#: recipe settings the one-network trainer does not use (sandwich rule) or that do not change the weights
-_TRAIN_IRRELEVANT = {"checkpoint_every", "sandwich_random", "distill"}
+_TASK_IRRELEVANT = {"eval_batch_size", "calib_images", "loader_workers"}
+#: recipe settings the one-network trainer does not use (sandwich rule) or that change how, not what, it trains
+_TRAIN_IRRELEVANT = {"checkpoint_every", "sandwich_random", "distill", "cuda_graphs"}
 
 
 def cache_dir() -> Path:

@@ -52,13 +52,16 @@ import torch.nn as nn
 
 from hw_cost import Block, CostModelError, load_cost_model
 from search_spaces import ArchError, Supernet, arch_key
+from tasks.data import to_device
 
 from .baseline_cache import BaselineCache, cache_key
+from .captured_step import CapturedTrainStep, capture_refusal
 from .config import ConfigError
 from .device_fronts import NPU_GENERATIONS
 from .evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
 from .reference_networks import check_reference, describe_reference, reference_block, reference_network
 from .report import write_csv
+from .runtime import check_finite
 from .supernet_training import SupernetTrainer, TrainConfig
 from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 
@@ -101,7 +104,7 @@ def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     return record
 
 
-class _FixedNetwork(Supernet):
+class FixedNetwork(Supernet):
     """A standalone network as a one-arch supernet, so that the supernet trainer's recipe trains it."""
 
     def __init__(self, net: nn.Module):
@@ -119,10 +122,31 @@ class _FixedNetwork(Supernet):
 
 
 class StandaloneTrainer(SupernetTrainer):
-    """The supernet recipe (optimizer, schedule, EMA, steps, checkpoints) applied to one network: no sandwich."""
+    """The supernet recipe (optimizer, schedule, EMA, steps, checkpoints) applied to one network: no sandwich. On
+    CUDA its step is replayed as a CUDA graph where `capture_refusal` allows."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        refusal = ("several processes" if self.dist.enabled
+                   else capture_refusal(self.device, self.optimizer, self.config.cuda_graphs))
+        if refusal and self.device.type == "cuda":
+            logger.info("%s trains eagerly on the GPU: %s", self.progress_label, refusal)
+        self.captured = None if refusal else CapturedTrainStep(self.supernet, self.optimizer, self._loss,
+                                                               self.config.grad_clip)
+
+    def _loss(self, out: torch.Tensor, y: torch.Tensor, _teacher_out: None) -> torch.Tensor:
+        return self.task.loss(out, y)
 
     def step_archs(self, epoch: int, step: int) -> list[dict]:
         return [{}]
+
+    def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
+        if self.captured is None:
+            return super().train_step(x, y, archs)
+        self.supernet.train()
+        loss = self.captured(to_device(x, self.device), to_device(y, self.device)).item()
+        check_finite([loss], f"{self.progress_label} training", self.global_step)
+        return loss
 
 
 def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
@@ -154,7 +178,7 @@ def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) ->
     """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ (an interrupted run
     resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
-    trainer = StandaloneTrainer(ctx.space, _FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
+    trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
     trainer.progress_label = f"baseline {spec['name']}"
     trainer.train(progress=ctx.progress)

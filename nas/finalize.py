@@ -56,6 +56,7 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
+from .captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
 from .errors import ConfigError, RunDirError
 from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
@@ -271,10 +272,15 @@ class LockstepTrainer:
                 to_channels_last(net)
         self.peak_lr = config.lr if config.lr is not None else train.lr
         self.optimizers = [self._optimizer(net) for net in nets]
+        refusal = capture_refusal(self.device, self.optimizers[0], train.cuda_graphs)
+        if refusal and self.device.type == "cuda":
+            logger.info("finalisation trains eagerly on the GPU: %s", refusal)
+        #: per net, its step replayed as a CUDA graph (made at its first step); None = eager steps
+        self.captured: list[CapturedTrainStep | None] | None = None if refusal else [None] * len(nets)
         task_batches = task.train_batches
         own_size = config.batch_size and config.batch_size != task_batches.batch_size
-        self.batches = (EpochBatches(task_batches.source, config.batch_size, task_batches.seed, task_batches.drop_last)
-                        if own_size else task_batches)
+        self.batches = (EpochBatches(task_batches.source, config.batch_size, task_batches.seed, task_batches.drop_last,
+                                     task_batches.workers) if own_size else task_batches)
         self.steps_per_epoch = self.batches.steps_per_epoch()
         if self.steps_per_epoch < 1:
             raise ConfigError(f"search.finalize.batch_size: {self.batches.batch_size} is more than the "
@@ -326,10 +332,12 @@ class LockstepTrainer:
         probe = copy.copy(self)
         probe.nets = copy.deepcopy(self.nets)
         probe.optimizers = [self._optimizer(net) for net in probe.nets]
-        probe.net_steps = [steps + 2] * len(self.nets)  # every net takes every timed step
+        probe.captured = None if self.captured is None else [None] * len(self.nets)
+        untimed = 2 if self.captured is None else WARMUP_STEPS + 1  # captured: the eager steps and the capture
+        probe.net_steps = [steps + untimed] * len(self.nets)  # every net takes every timed step
         batches = itertools.chain.from_iterable(self.batches(epoch, 0) for epoch in itertools.count())  # tiny splits
         with probe._nets_side_by_side():
-            for _, x, y in itertools.islice(batches, 2):
+            for _, x, y in itertools.islice(batches, untimed):
                 probe.train_step(*self._prepared(x, y))
             started = time.perf_counter()
             probe._net_seconds = [0.0] * len(self.nets)
@@ -343,6 +351,7 @@ class LockstepTrainer:
         kept = copy.copy(self)
         kept.nets = [self.nets[i] for i in indices]
         kept.optimizers = [self.optimizers[i] for i in indices]
+        kept.captured = None if self.captured is None else [self.captured[i] for i in indices]
         kept.names = [self.names[i] for i in indices]
         kept.net_steps = [self.net_steps[i] for i in indices]
         kept.checkpoint_path, kept.stop_step = Path(checkpoint_path), kept.total_steps
@@ -420,37 +429,66 @@ class LockstepTrainer:
         with torch.no_grad():
             return self.teacher(x)
 
+    def _loss(self, out: torch.Tensor, y: torch.Tensor, teacher_out: torch.Tensor | None) -> torch.Tensor:
+        loss = self.task.loss(out, y)
+        if teacher_out is not None:
+            loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out)
+        return loss
+
+    def _set_lr(self, i: int) -> None:
+        for group in self.optimizers[i].param_groups:
+            group["lr"] = self.lr(self.global_step, self.net_steps[i])
+
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> list[float]:
         """One optimizer step of every net whose schedule has not ended on one batch; returns their losses.
 
         With distillation the teacher's forward is queued first: side by side it runs beside the students'
-        forwards, which wait for its outputs only at their loss."""
+        forwards, which wait for its outputs only at their loss. On CUDA (`captured`) each net's whole step is
+        one graph replay, and a non-finite loss is caught after the nets' updates, before any checkpoint."""
         teacher_out = self._started(self._teacher_outputs, x) if self.teacher is not None else None
+        training = [i for i, steps in enumerate(self.net_steps) if self.global_step < steps]
+        if self.captured is not None:
+            losses = self._captured_steps(x, y, None if teacher_out is None else teacher_out.result(), training)
+            check_finite(losses, "finalisation training", self.global_step)
+            return losses
 
         def forward_backward(i: int) -> float:
             net, optimizer = self.nets[i], self.optimizers[i]
             net.train()
             optimizer.zero_grad(set_to_none=True)
-            out = net(x)
-            loss = self.task.loss(out, y)
-            if teacher_out is not None:
-                loss = loss + self.config.kd_ratio * self.task.distill_loss(out, teacher_out.result())
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.device.type == "cuda"):
+                loss = self._loss(net(x), y, None if teacher_out is None else teacher_out.result())
             loss.backward()
             return loss.item()
 
         def update(i: int) -> None:
-            net, optimizer = self.nets[i], self.optimizers[i]
-            for group in optimizer.param_groups:
-                group["lr"] = self.lr(self.global_step, self.net_steps[i])
+            self._set_lr(i)
             if self.train_config.grad_clip > 0:
-                nn.utils.clip_grad_norm_(net.parameters(), self.train_config.grad_clip)
-            optimizer.step()
+                nn.utils.clip_grad_norm_(self.nets[i].parameters(), self.train_config.grad_clip)
+            self.optimizers[i].step()
 
-        training = [i for i, steps in enumerate(self.net_steps) if self.global_step < steps]
         losses = self._each_net(forward_backward, training)
         check_finite(losses, "finalisation training", self.global_step)  # before any net's update
         self._each_net(update, training)
         return losses
+
+    def _captured_steps(self, x: torch.Tensor, y: torch.Tensor, teacher_out: torch.Tensor | None,
+                        training: Sequence[int]) -> list[float]:
+        """The nets' steps as graph replays, one after the other; their losses read at once (one sync). While
+        `time_steps` times the nets, each waits for its own replay."""
+        losses = []
+        for i in training:
+            started = time.perf_counter()
+            if self.captured[i] is None:
+                self.captured[i] = CapturedTrainStep(self.nets[i], self.optimizers[i], self._loss,
+                                                     self.train_config.grad_clip)
+            self.nets[i].train()
+            self._set_lr(i)
+            losses.append(self.captured[i](x, y, teacher_out))
+            if self._net_seconds is not None:
+                torch.cuda.synchronize(self.device)
+                self._net_seconds[i] += time.perf_counter() - started
+        return torch.stack(losses).tolist() if losses else []
 
     @contextmanager
     def _nets_side_by_side(self) -> Iterator[None]:
@@ -461,6 +499,8 @@ class LockstepTrainer:
         their own (`seed_dropouts`), as threads sharing torch's generator would draw in no fixed order."""
         cores = self.nets_at_once()
         def seeded(child: nn.Module) -> SeededDropout | None:
+            if self.captured is not None:  # graphs draw from the default generator (`seed_dropouts`)
+                return None
             return SeededDropout(child.p, self.device).train(child.training) if type(child) is nn.Dropout else None
 
         with modules_swapped(self.nets, seeded) as self._dropouts:
@@ -483,7 +523,10 @@ class LockstepTrainer:
         self.workers = n
 
     def seed_dropouts(self, seed: int) -> None:
-        """Seed each net's dropouts for the next step (inside `_nets_side_by_side`)."""
+        """Seed each net's dropouts for the next step (inside `_nets_side_by_side`); captured steps draw from the
+        default CUDA generator, seeded here."""
+        if self.captured is not None:
+            torch.cuda.manual_seed(seed)
         for i, dropouts in enumerate(self._dropouts):
             for j, dropout in enumerate(dropouts):
                 dropout.generator.manual_seed(batch_seed(seed, i, j))

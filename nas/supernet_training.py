@@ -59,6 +59,8 @@ class TrainConfig:
             evaluated with the averaged weights.
         grad_clip: clip the global gradient norm (0 = off).
         channels_last: run convolutions in NHWC, much faster for depthwise convs on CPU.
+        cuda_graphs: on CUDA, replay the training step of fixed networks (finalisation, trained baselines) as a
+            CUDA graph (`nas.captured_step`; Adam / AdamW only); no effect on the CPU.
         checkpoint_every: steps between checkpoints (a checkpoint is also written at every epoch end).
     """
 
@@ -75,6 +77,7 @@ class TrainConfig:
     ema_decay: float = 0.0
     grad_clip: float = 5.0
     channels_last: bool = True
+    cuda_graphs: bool = True
     checkpoint_every: int = 50
 
     def __post_init__(self):

@@ -40,6 +40,10 @@ class ClassificationConfig:
         calib_images: training images (un-augmented) used to recalibrate batch norm of a subnet.
         eval_images: score search candidates on the first N images of the val split (0 = all of it); the
             test split is always scored whole.
+        loader_workers: processes that build training batches ahead of the training (0 = the run's own process
+            builds each when it is due). Image folders at 224 px need them on a GPU: one process decodes and
+            augments a few hundred images a second, a GPU trains thousands (`scripts/bench_gpu.py --imagenet`
+            measures both). The batches are the same with any number.
     """
 
     type: str = "classification"
@@ -57,11 +61,12 @@ class ClassificationConfig:
     label_smoothing: float = 0.1
     calib_images: int = 2000
     eval_images: int = 0
+    loader_workers: int = 0
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
             raise DataError(f"dataset: unknown {self.dataset!r}; valid: {', '.join(DATASETS)}")
-        for name in ("val_size", "train_size", "calib_images", "eval_images", "crop_padding"):
+        for name in ("val_size", "train_size", "calib_images", "eval_images", "crop_padding", "loader_workers"):
             if getattr(self, name) < 0:
                 raise DataError(f"{name}: must be >= 0")
         if self.auto_augment and self.dataset != "image_folder":
@@ -99,7 +104,7 @@ class ClassificationTask:
         self.calib = train_full.subset(train_idx[np.sort(calib_idx)])
         self.num_classes = self.num_outputs = train_full.num_classes
         self.input_shape = tuple(train_full.image_shape)
-        self.train_batches = EpochBatches(self.train, config.batch_size, seed)
+        self.train_batches = EpochBatches(self.train, config.batch_size, seed, workers=config.loader_workers)
         self._criterion = self._make_criterion(config.label_smoothing)
         logger.info("%s: %d train / %d val / %d test images, %d classes, input %s", config.dataset, len(self.train),
                     len(self.val), len(self.test), self.num_classes, "x".join(map(str, self.input_shape)))

@@ -270,12 +270,17 @@ class _FolderSubset:
 
 # ---------------------------------------------------------------------------------------------------- batching
 class EpochBatches:
-    """Deterministic batches of one epoch: a permutation drawn from (seed, epoch), resumable at any step."""
+    """Deterministic batches of one epoch: a permutation drawn from (seed, epoch), resumable at any step.
 
-    def __init__(self, source: BatchSource, batch_size: int, seed: int, drop_last: bool = True):
+    With `workers` > 0 the batches are built ahead in that many processes (torch's DataLoader, pinned memory on a
+    GPU machine), for sources whose batches cost real work (JPEG decoding and augmentation at 224 px); each batch is
+    still drawn from its own seed, so the batches are the same with any number of workers."""
+
+    def __init__(self, source: BatchSource, batch_size: int, seed: int, drop_last: bool = True, workers: int = 0):
         if batch_size < 1:
             raise DataError(f"batch_size must be >= 1, got {batch_size}")
         self.source, self.batch_size, self.seed, self.drop_last = source, batch_size, seed, drop_last
+        self.workers = workers
 
     def steps_per_epoch(self) -> int:
         n = len(self.source)
@@ -283,11 +288,34 @@ class EpochBatches:
 
     def __call__(self, epoch: int, start_step: int = 0) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         """Yield (step, images, labels) from `start_step` to the end of `epoch`."""
-        perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.source))
-        for step in range(start_step, self.steps_per_epoch()):
-            idx = perm[step * self.batch_size:(step + 1) * self.batch_size]
-            x, y = self.source.get_batch(idx, batch_seed(self.seed, epoch, step))
+        epoch_batches = _SeededBatches(self, epoch, start_step)
+        batches = (epoch_batches[i] for i in range(len(epoch_batches)))
+        if self.workers and len(epoch_batches):
+            from torch.utils.data import DataLoader
+
+            batches = DataLoader(epoch_batches, batch_size=None, num_workers=self.workers,
+                                 pin_memory=torch.cuda.is_available(), prefetch_factor=4)
+        for step, (x, y) in zip(range(start_step, self.steps_per_epoch()), batches):
             yield step, x, y
+
+
+class _SeededBatches:
+    """The batches of one epoch from `start_step` on, as a map-style dataset (item i: batch start_step + i)."""
+
+    def __init__(self, batches: EpochBatches, epoch: int, start_step: int):
+        self.source, self.batch_size, self.seed, self.epoch = batches.source, batches.batch_size, batches.seed, epoch
+        self.start_step, self.steps = start_step, batches.steps_per_epoch()
+        self.perm = np.random.default_rng([batches.seed, epoch]).permutation(len(batches.source))
+
+    def __len__(self) -> int:
+        return max(0, self.steps - self.start_step)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        step = self.start_step + i
+        idx = self.perm[step * self.batch_size:(step + 1) * self.batch_size]
+        return self.source.get_batch(idx, batch_seed(self.seed, self.epoch, step))
 
 
 def iterate_eval(source: BatchSource, batch_size: int, limit: int | None = None):

@@ -68,3 +68,20 @@ def smoke_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "smoke"
     assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
     return RunDir(out)
+
+
+#: candidates.csv of each smoke config as the code wrote it before GPU-only changes (CUDA graph capture, bf16
+#: finalisation): the CPU path must stay bit-identical. Where a change means to alter CPU results, copy the new
+#: run's candidates.csv here and say why in the commit.
+GOLDEN = REPO / "tests" / "data" / "golden"
+
+
+def assert_candidates_unchanged(run, config_name: str) -> None:
+    """The run's candidates.csv equals the golden one of `config_name`, byte for byte (first differing line
+    shown)."""
+    got = Path(run.candidates).read_text().splitlines()
+    want = (GOLDEN / f"{config_name}.candidates.csv").read_text().splitlines()
+    diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
+    assert diff is None and len(got) == len(want), (
+        f"candidates.csv of {config_name} changed on the CPU: line {diff}: {got[diff] if diff is not None else ''!r} "
+        f"instead of {want[diff] if diff is not None else ''!r} ({len(got)} lines, golden {len(want)})")

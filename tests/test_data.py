@@ -86,6 +86,9 @@ def test_epoch_batches_are_deterministic_and_resumable(fake_fmnist):
         assert s1 == s2 and torch.equal(x1, x2) and torch.equal(y1, y2)
     other_epoch = list(batches(epoch=2))
     assert not torch.equal(full[0][2], other_epoch[0][2])
+    ahead = EpochBatches(source, 32, seed=3, workers=2)  # built in two loader processes: the same batches
+    for (s1, x1, y1), (s2, x2, y2) in zip(full[4:], ahead(epoch=1, start_step=4), strict=True):
+        assert s1 == s2 and torch.equal(x1, x2) and torch.equal(y1, y2)
 
 
 def test_augmentation_crops_and_flips_within_bounds():

@@ -136,6 +136,9 @@ README_COMMANDS = {
     ".venv/bin/python scripts/bench_contention.py": ["scripts/bench_contention.py", SMOKE, "--steps", "4"],
     ".venv/bin/python scripts/bench_scale.py": ["scripts/bench_scale.py", SMOKE, "--steps", "1", "--archs", "2"],
     ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
+    # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
+    ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
+    ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,
     ".venv/bin/python scripts/bench_quality.py runs/fmnist_mobilenet --anchors configs/fmnist_mobilenet_smoke.yaml \\":
         ["scripts/bench_quality.py", "{run}", "--repeats", "10", "--anchors", SMOKE, "--reference-anchors-ms",
          "0.056,0.184", "--reference", "NNI:91.39:0.125:22.8"],

@@ -182,7 +182,7 @@ def test_vpunn_cost_of_extracted_subnets():
 
 def test_smoke_search_end_to_end(tmp_path):
     """The ResNet smoke config through `vpunas search`: a front, VPUNN latencies, both baselines."""
-    from conftest import CONFIGS
+    from conftest import CONFIGS, assert_candidates_unchanged
     from nas.cli import main
     from nas.report import read_csv
     from nas.rundir import RunDir
@@ -190,6 +190,7 @@ def test_smoke_search_end_to_end(tmp_path):
     out = tmp_path / "resnet_smoke"
     assert main(["search", str(CONFIGS / "fmnist_resnet_smoke.yaml"), "--out", str(out), "--no-progress"]) == 0
     run = RunDir(out)
+    assert_candidates_unchanged(run, "fmnist_resnet_smoke")  # the CPU path bit-identical
     rows = read_csv(run.candidates)
     assert len({r["arch"] for r in rows}) == len(rows) >= 16
     assert all(r["cost_model"] == "vpunn:VPU_2_7" for r in rows)

@@ -42,6 +42,12 @@ def test_run_directory_contents(smoke_run):
     assert "threads: 1" in smoke_run.config.read_text()
 
 
+def test_cpu_results_bit_identical(smoke_run):
+    from conftest import assert_candidates_unchanged
+
+    assert_candidates_unchanged(smoke_run, "fmnist_mobilenet_smoke")
+
+
 def test_report_rebuilds(smoke_run, capsys):
     smoke_run.report_html.unlink()
     assert main(["report", str(smoke_run.path)]) == 0

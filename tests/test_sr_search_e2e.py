@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import CONFIGS
-from nas.baselines import BASELINE_TYPES, StandaloneTrainer, _FixedNetwork
+from nas.baselines import BASELINE_TYPES, StandaloneTrainer, FixedNetwork
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.pareto import pareto_mask
@@ -23,6 +23,12 @@ def sr_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs") / "sr_smoke"
     assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
     return RunDir(out)
+
+
+def test_cpu_results_bit_identical(sr_run):
+    from conftest import assert_candidates_unchanged
+
+    assert_candidates_unchanged(sr_run, "sr_edsr_x2_smoke")
 
 
 def test_candidates_have_psnr_and_a_front(sr_run):
@@ -81,7 +87,7 @@ def test_standalone_training_resumes_bit_exactly(tmp_path):
 
     def trainer(path):
         torch.manual_seed(0)
-        return StandaloneTrainer(space, _FixedNetwork(space.build_supernet().extract(arch)), task, config.train,
+        return StandaloneTrainer(space, FixedNetwork(space.build_supernet().extract(arch)), task, config.train,
                                  seed=0, checkpoint_path=path)
 
     full = trainer(tmp_path / "full.pt")
