@@ -20,7 +20,7 @@ from .finalize import FinalizeConfig
 from .strategies import STRATEGIES, SearchConfig
 from .supernet_training import TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "RUN_DEVICES"]
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "supernet_source", "RUN_DEVICES"]
 
 #: values of the top-level `device` key
 RUN_DEVICES = ("auto", "cpu", "cuda")
@@ -79,6 +79,7 @@ class _TopLevel:
     adapt_threads: bool = True
     device: str = "auto"
     baseline_workers: int = 0
+    supernet_from: Optional[str] = None
     task: Any = None
     space: Any = None
     train: Any = None
@@ -131,6 +132,9 @@ class RunConfig:
         baseline_workers: processes that train the cached baselines (reference, zoo) beside the search from the
             run's start, sharing a GPU that small nets leave idle (`nas.baseline_workers`); 0 = none: they train
             one after another after finalisation (on a CPU the search needs its cores).
+        supernet_from: the folder of a run whose trained supernet this run takes instead of training its own
+            (OFA's "train once, search many"): its task, space, train section and seed must be this run's
+            (`supernet_source`); None = train one.
     """
 
     name: str
@@ -145,6 +149,7 @@ class RunConfig:
     adapt_threads: bool = True
     device: str = "auto"
     baseline_workers: int = 0
+    supernet_from: Optional[str] = None
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -314,4 +319,36 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
                                   f"use; leave it at {getattr(TrainConfig, name)}")
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
                      search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
-                     device=top.device, baseline_workers=top.baseline_workers)
+                     device=top.device, baseline_workers=top.baseline_workers,
+                     supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None)
+
+
+#: what must equal between a run and the run whose supernet it takes (`supernet_from`)
+_SUPERNET_DEFINING = ("seed", "task", "space", "train")
+
+
+def supernet_source(config: RunConfig) -> Path:
+    """The trained supernet checkpoint of `config.supernet_from`, checked to be one this run would train: the
+    same seed, task, space and training recipe (ConfigError naming the first difference otherwise)."""
+    from .rundir import RunDir, load_checkpoint
+
+    source = RunDir(config.supernet_from)
+    where = f"supernet_from: {source.path}"
+    if not source.exists():
+        raise ConfigError(f"{where} holds no run (no config.yaml)")
+    if not config.search.strategy_class.uses_sandwich:
+        raise ConfigError(f"supernet_from: search.strategy={config.search.strategy} trains a supernet of its own")
+    theirs, ours = load_config(source.config).to_dict(), config.to_dict()
+    for key in _SUPERNET_DEFINING:
+        if theirs[key] != ours[key]:
+            differ = (next((k for k in ours[key] if ours[key].get(k) != theirs[key].get(k)), key)
+                      if isinstance(ours[key], dict) else key)
+            raise ConfigError(f"{where} trained another supernet: its {key}{'.' + differ if differ != key else ''} "
+                              "differs from this run's")
+    checkpoint = source.supernet_checkpoint
+    if not checkpoint.is_file():
+        raise ConfigError(f"{where} has no trained supernet ({checkpoint} missing)")
+    steps = load_checkpoint(checkpoint, mmap=True)["global_step"]
+    if steps == 0:
+        raise ConfigError(f"{where}: its supernet has not trained a step")
+    return checkpoint

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import pickle
 import uuid
 from pathlib import Path
@@ -21,7 +22,7 @@ from .errors import RunDirError
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save",
-           "load_checkpoint"]
+           "atomic_copy", "load_checkpoint"]
 
 
 def _atomic_replace(path: Path, write) -> None:
@@ -47,6 +48,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_copy(source: Path, path: Path) -> None:
+    """Copy file `source` to `path`, which is then either absent or whole."""
+    with open(source, "rb") as src:
+        _atomic_replace(path, lambda f: shutil.copyfileobj(src, f, 1 << 20))
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:

@@ -23,7 +23,7 @@ from hw_cost.lut import LutCostModel
 from search_spaces import SearchSpace, arch_key, build_space
 from tasks import build_task
 
-from .config import ConfigError, RunConfig, config_to_yaml, load_config
+from .config import ConfigError, RunConfig, config_to_yaml, load_config, supernet_source
 from .baseline_workers import BaselineWorkers
 from .distributed import Distributed, current, start
 from .errors import RunDirError
@@ -140,6 +140,8 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             # processes sharing a machine share its cores (probing them at once would measure each other)
             config.threads = (_probe_threads() if launch.local_world_size == 1
                               else max(1, (os.cpu_count() or 1) // launch.local_world_size))
+    if config.supernet_from:
+        supernet_source(config)  # checked before anything is written
     config.device = resolve_device(config.device)
     start(config.device).barrier()  # every process has checked the directory before rank 0 creates it
     return config, run_dir

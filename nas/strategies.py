@@ -27,12 +27,13 @@ from .errors import RunDirError
 from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
 from .finalize import FinalizeConfig
+from .random_search import RandomConfig, sample_archs
 from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["STRATEGIES", "SearchStrategy", "register_strategy", "EvolutionSearch", "DifferentiableSearchStrategy",
-           "SearchConfig", "SearchOutcome", "train_supernet"]
+__all__ = ["STRATEGIES", "SearchStrategy", "register_strategy", "EvolutionSearch", "RandomSearch",
+           "DifferentiableSearchStrategy", "SearchConfig", "SearchOutcome", "train_supernet"]
 
 
 @dataclass
@@ -124,7 +125,16 @@ def register_strategy(cls: type[SearchStrategy]) -> type[SearchStrategy]:
 
 
 def train_supernet(ctx) -> SupernetTrainer:
-    """Train (or finish training) the run's supernet; returns the trainer holding the weights."""
+    """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
+    `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the
+    config was read: `nas.config.supernet_source`), so that nothing is trained again."""
+    from .config import supernet_source
+    from .rundir import atomic_copy
+
+    if ctx.config.supernet_from and not ctx.run_dir.supernet_checkpoint.exists():
+        source = supernet_source(ctx.config)
+        atomic_copy(source, ctx.run_dir.supernet_checkpoint)
+        logger.info("supernet: taken from %s", source)
     torch.manual_seed(ctx.config.seed)  # the initial weights
     trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
                               ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device)
@@ -202,10 +212,7 @@ class EvolutionSearch(SearchStrategy):
         from tqdm import tqdm
 
         ctx = self.ctx
-        trainer = train_supernet(ctx)
-        evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
-                                  ctx.config.train.channels_last)
-        evaluate = CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+        evaluator, evaluate = _trained_supernet_scoring(ctx)
         config: EvolutionConfig = self.settings
         bar = tqdm(total=config.population * config.generations, desc="search", unit="arch",
                    disable=not ctx.progress, dynamic_ncols=True)
@@ -227,6 +234,43 @@ class EvolutionSearch(SearchStrategy):
                                      f"generations, the search runs {self.generation}")
         logger.info("evolution: %d archs evaluated (%d new in this session)", len(evaluate.records),
                     evaluate.new_evaluations)
+        return SearchOutcome(evaluate, evaluator)
+
+
+def _trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
+    """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights."""
+    trainer = train_supernet(ctx)
+    evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
+    return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+
+
+@register_strategy
+class RandomSearch(SearchStrategy):
+    """Supernet training with the sandwich rule (as the evolution's), then `archs` random archs scored on inherited
+    weights (`nas.random_search.sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a
+    resumed run draws the same archs and serves the scored ones from the journal."""
+
+    name = "random"
+    config_class = RandomConfig
+    scales_out = uses_sandwich = True
+
+    @classmethod
+    def finalize_scope(cls, settings: RandomConfig) -> tuple[Optional[float], tuple[str, ...]]:
+        return settings.latency_limit_ms, settings.costs
+
+    def run(self) -> SearchOutcome:
+        from tqdm import tqdm
+
+        ctx = self.ctx
+        evaluator, evaluate = _trained_supernet_scoring(ctx)
+        latency = lambda arch: ctx.cost_model.latency_ms(ctx.space.blocks(arch))  # noqa: E731
+        archs = sample_archs(ctx.space, self.settings, latency, ctx.config.seed)
+        with tqdm(total=len(archs), desc="random search", unit="arch", disable=not ctx.progress,
+                  dynamic_ncols=True) as bar:
+            evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=0)
+        self._generation_done(evaluate.records)
+        logger.info("random search (%s): %d archs evaluated (%d new in this session)", self.settings.sampling,
+                    len(evaluate.records), evaluate.new_evaluations)
         return SearchOutcome(evaluate, evaluator)
 
 
@@ -299,7 +343,7 @@ class SearchConfig:
 
     Args:
         strategy: the strategy that runs (a key of `STRATEGIES`).
-        evolution / differentiable: the built-in strategies' settings.
+        evolution / random / differentiable: the built-in strategies' settings.
         finalize: training of the chosen archs after the search, whatever the strategy (`FinalizeConfig`).
         extra: the settings of strategies registered beyond the built-in ones, by name (in a config file, each
             is a sub-section of its name like the built-in ones: `sections()`).
@@ -307,6 +351,7 @@ class SearchConfig:
 
     strategy: str = "evolution"
     evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    random: RandomConfig = field(default_factory=RandomConfig)
     differentiable: DifferentiableConfig = field(default_factory=DifferentiableConfig)
     finalize: FinalizeConfig = field(default_factory=FinalizeConfig)
     extra: dict[str, Any] = field(default_factory=dict)

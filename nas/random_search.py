@@ -1,0 +1,99 @@
+"""Random search over a space: the baseline a search strategy has to beat at equal budget.
+
+Random sampling is a strong baseline for weight-sharing NAS (Li & Talwalkar, "Random Search and Reproducibility
+for Neural Architecture Search", 2019; Yang et al., "NAS evaluation is frustratingly hard", 2020). Two samplers:
+`uniform` draws archs uniformly from the space (each choice independently); `latency_bins` first draws a pool of
+uniform archs, splits its latency range into equal bins and takes archs from the bins in turn, so that fast and slow
+archs are as common as middle ones (uniform sampling of a MobileNet space piles up in the middle of the latency
+range, where a front has few points). Both keep only archs within the latency limit, as a constrained search's front
+does, and never draw an arch twice. Deterministic for a seed, so a resumed run draws the same archs.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from search_spaces import SearchSpace, arch_key
+
+__all__ = ["RandomConfig", "sample_archs", "SAMPLERS"]
+
+SAMPLERS = ("uniform", "latency_bins")
+
+
+@dataclass
+class RandomConfig:
+    """Args:
+        archs: archs scored with inherited weights (the default evolution's budget: 20 x 8 = 160).
+        sampling: "uniform" (from the space) or "latency_bins" (equal shares of the latency range).
+        bins: latency bins of `latency_bins`.
+        pool: uniform archs drawn per arch to fill the bins of `latency_bins`.
+        latency_limit_ms / extra_objectives: as the evolution's (`nas.evolution.EvolutionConfig`): archs slower
+            than the limit are not drawn, and finalisation spreads its archs over latency and these record fields.
+    """
+
+    archs: int = 160
+    sampling: str = "uniform"
+    bins: int = 8
+    pool: int = 10
+    latency_limit_ms: Optional[float] = None
+    extra_objectives: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.archs < 2:
+            raise ValueError("archs: must be >= 2")
+        if self.sampling not in SAMPLERS:
+            raise ValueError(f"sampling: {self.sampling!r} is not one of {', '.join(SAMPLERS)}")
+        if self.bins < 1 or self.pool < 1:
+            raise ValueError("bins and pool: must be >= 1")
+        if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
+            raise ValueError("latency_limit_ms: must be > 0 (or null for no limit)")
+
+    @property
+    def costs(self) -> tuple[str, ...]:
+        return ("latency_ms", *self.extra_objectives)
+
+
+def _distinct_uniform(space: SearchSpace, n: int, rng: np.random.Generator,
+                      accept: Callable[[dict], bool]) -> list[dict]:
+    """Up to `n` distinct archs drawn uniformly and accepted by `accept` (fewer when the space runs out)."""
+    seen, archs = set(), []
+    for _ in range(50 * n):
+        arch = space.sample(rng)
+        key = arch_key(arch)
+        if key not in seen:
+            seen.add(key)
+            if accept(arch):
+                archs.append(arch)
+                if len(archs) == n:
+                    break
+    return archs
+
+
+def sample_archs(space: SearchSpace, config: RandomConfig, latency_ms: Callable[[dict], float],
+                 seed: int) -> list[dict]:
+    """The archs a random search of `config` scores, in order."""
+    rng = np.random.default_rng([seed, 31])
+    limit = config.latency_limit_ms
+    latency_of: dict[str, float] = {}
+
+    def feasible(arch: dict) -> bool:
+        latency_of[arch_key(arch)] = latency_ms(arch)
+        return limit is None or latency_of[arch_key(arch)] <= limit
+
+    if config.sampling == "uniform":
+        return _distinct_uniform(space, config.archs, rng, feasible)
+    pool = _distinct_uniform(space, config.pool * config.archs, rng, feasible)
+    latencies = np.array([latency_of[arch_key(a)] for a in pool])
+    edges = np.linspace(latencies.min(), latencies.max(), config.bins + 1)
+    bin_of = np.clip(np.searchsorted(edges, latencies, side="right") - 1, 0, config.bins - 1)
+    members = [list(rng.permutation(np.flatnonzero(bin_of == b))) for b in range(config.bins)]
+    chosen = []
+    for b in itertools.cycle(range(config.bins)):
+        if len(chosen) == config.archs or not any(members):
+            break
+        if members[b]:
+            chosen.append(pool[members[b].pop()])
+    return chosen
