@@ -8,9 +8,9 @@ Per seed, three runs of CONFIG (default: the default config) into OUT/seed<S>/:
   binned   search.strategy=random, archs drawn from equal shares of the latency range (the stronger baseline).
 The random runs score as many archs as the search did, with its latency limit and extra objectives; they take
 the search run's trained supernet (`supernet_from`: the same weights, trained once) and finalise by the same rule
-and budget. Finalisation's run budget is off in all three (`search.finalize.run_budget_minutes=0`), so each
-finalises `archs` archs for `epochs` epochs whatever time the others left. Overrides apply to all three runs (e.g.
-`search.finalize.archs=4 search.finalize.epochs=1` for a quicker look). A finished run is reused, an
+and budget. Finalisation's run budget is off in all three (`search.finalize.run_budget_minutes=0`, with its
+`max_archs` and `max_epochs`), so each finalises `archs` archs for `epochs` epochs whatever time the others left.
+Overrides apply to all three runs (e.g. `search.finalize.archs=4 search.finalize.epochs=1` for a quicker look). A finished run is reused, an
 interrupted one resumed.
 
 Printed and written to OUT/bench_search.json, per seed and method: the finalised archs' front (test metric against
@@ -111,7 +111,8 @@ def main() -> None:
     if config.search.strategy == "random":
         parser.error("CONFIG's strategy is random: compare a search strategy with it")
     limit, costs = config.search.finalize_scope()
-    shared = [*args.overrides, "search.finalize.run_budget_minutes=0", "adapt_threads=false"]
+    shared = [*args.overrides, "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0",
+              "search.finalize.max_epochs=0", "adapt_threads=false"]
     random = [f"search.random.latency_limit_ms={'null' if limit is None else limit}",
               f"search.random.extra_objectives=[{', '.join(costs[1:])}]"]
     report = {"config": args.config, "overrides": shared, "seeds": {}}

@@ -69,12 +69,12 @@ def test_a_registered_strategy_is_a_choice_of_the_config(local_search, tmp_path)
     # a run's config.yaml holds its settings in a sub-section of its name, and reads back the same (resume)
     path = tmp_path / "config.yaml"
     path.write_text(config_to_yaml(config))
-    assert list(yaml.safe_load(path.read_text())["search"]) == ["strategy", "evolution", "differentiable",
+    assert list(yaml.safe_load(path.read_text())["search"]) == ["strategy", "evolution", "random", "differentiable",
                                                                  "local_search", "finalize"]
     assert load_config(path).to_dict() == config.to_dict()
     for override, message in [("search.local_search.colour=1", "search.local_search: unknown key 'colour'"),
                               ("search.local_search.steps=0", "search.local_search.steps: must be >= 1"),
-                              ("search.strategy=nope", "valid: differentiable, evolution, local_search")]:
+                              ("search.strategy=nope", "valid: differentiable, evolution, local_search, random")]:
         with pytest.raises(ConfigError, match=message):
             load_config(SMOKE, [override])
 
@@ -96,11 +96,11 @@ def test_what_a_strategy_declares_decides_finalisation_sandwich_and_scale_out(lo
         load_config(SMOKE, ["search.strategy=local_search", "train.distill=false"])
     local_search.uses_sandwich = True  # a strategy that trains with the sandwich rule takes the settings
     assert not load_config(SMOKE, ["search.strategy=local_search", "train.distill=false"]).train.distill
-    assert [name for name, cls in STRATEGIES.items() if cls.scales_out] == ["evolution"]
+    assert [name for name, cls in STRATEGIES.items() if cls.scales_out] == ["evolution", "random"]
 
 
 def test_an_unregistered_strategy_is_no_choice():
-    with pytest.raises(ConfigError, match="search.strategy: unknown 'local_search'; valid: differentiable, evolution$"):
+    with pytest.raises(ConfigError, match="search.strategy: unknown 'local_search'; valid: differentiable, evolution, random$"):
         load_config(SMOKE, ["search.strategy=local_search"])
     with pytest.raises(ConfigError, match="search: unknown key 'local_search'"):
         load_config(SMOKE, ["search.local_search.steps=3"])
