@@ -142,8 +142,19 @@ def train_supernet(ctx) -> SupernetTrainer:
     return trainer
 
 
+class _SandwichSearch(SearchStrategy):
+    """A search over a supernet trained by the sandwich rule, whose settings give a latency limit
+    (`latency_limit_ms`) and the costs its front spreads over (`costs`)."""
+
+    scales_out = uses_sandwich = True
+
+    @classmethod
+    def finalize_scope(cls, settings) -> tuple[Optional[float], tuple[str, ...]]:
+        return settings.latency_limit_ms, settings.costs
+
+
 @register_strategy
-class EvolutionSearch(SearchStrategy):
+class EvolutionSearch(_SandwichSearch):
     """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency)
     (`nas.evolution.EvolutionStrategy`).
 
@@ -159,11 +170,6 @@ class EvolutionSearch(SearchStrategy):
 
     name = "evolution"
     config_class = EvolutionConfig
-    scales_out = uses_sandwich = True
-
-    @classmethod
-    def finalize_scope(cls, settings: EvolutionConfig) -> tuple[Optional[float], tuple[str, ...]]:
-        return settings.latency_limit_ms, settings.costs
 
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         super().__init__(ctx, on_generation)
@@ -245,18 +251,13 @@ def _trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
 
 
 @register_strategy
-class RandomSearch(SearchStrategy):
+class RandomSearch(_SandwichSearch):
     """Supernet training with the sandwich rule (as the evolution's), then `archs` random archs scored on inherited
     weights (`nas.random_search.sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a
     resumed run draws the same archs and serves the scored ones from the journal."""
 
     name = "random"
     config_class = RandomConfig
-    scales_out = uses_sandwich = True
-
-    @classmethod
-    def finalize_scope(cls, settings: RandomConfig) -> tuple[Optional[float], tuple[str, ...]]:
-        return settings.latency_limit_ms, settings.costs
 
     def run(self) -> SearchOutcome:
         from tqdm import tqdm

@@ -59,6 +59,14 @@ def _train_batches(task, channels_last: bool):
             yield (x.contiguous(memory_format=torch.channels_last) if channels_last else x), y
 
 
+def _sandwich_step(space, task, config, device: torch.device, checkpoint: Path):
+    """`step(x, y)`: one sandwich step of a fresh supernet of `space`, the archs of step 0, 1, ... in turn."""
+    torch.manual_seed(0)
+    trainer = SupernetTrainer(space, space.build_supernet(), task, config.train, 0, checkpoint, device=device)
+    steps = itertools.count()
+    return lambda x, y: trainer.train_step(x, y, trainer.step_archs(0, next(steps)))
+
+
 def _row(what: str, mode: str, seconds: float, images: int) -> None:
     print(f"{what:<34} {mode:<9} {seconds * 1e3:9.2f} ms/step {images / seconds:12.0f} images/s", flush=True)
 
@@ -70,14 +78,7 @@ def bench_small(args, device: torch.device, work: Path) -> None:
     print(f"{config.name}: {space.describe()}; batch {batch}; {device} "
           f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'})", flush=True)
 
-    torch.manual_seed(0)
-    trainer = SupernetTrainer(space, space.build_supernet(), task, config.train, 0, work / "supernet.pt",
-                              device=device)
-    arch_steps = itertools.count()
-
-    def sandwich(x, y):
-        trainer.train_step(x, y, trainer.step_archs(0, next(arch_steps)))
-
+    sandwich = _sandwich_step(space, task, config, device, work / "supernet.pt")
     subnets = 2 + config.train.sandwich_random
     seconds = _timed_steps(sandwich, _train_batches(task, config.train.channels_last), 5, args.steps, device)
     _row(f"supernet sandwich ({subnets} subnets)", "eager", seconds, batch)
@@ -157,14 +158,7 @@ def bench_imagenet(args, device: torch.device, work: Path) -> None:
     print(f"loader alone: {count / (time.perf_counter() - started):.0f} images/s ({args.loader_workers} workers, "
           f"decode + random-resized crop + flip, workers' start included)", flush=True)
 
-    torch.manual_seed(0)
-    trainer = SupernetTrainer(space, space.build_supernet(), task, config.train, 0, work / "supernet224.pt",
-                              device=device)
-    steps = itertools.count()
-
-    def sandwich(x, y):
-        trainer.train_step(x, y, trainer.step_archs(0, next(steps)))
-
+    sandwich = _sandwich_step(space, task, config, device, work / "supernet224.pt")
     data = _train_batches(task, config.train.channels_last)
     for x, y in itertools.islice(data, 3):  # warm-up
         sandwich(x, y)
