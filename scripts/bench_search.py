@@ -117,7 +117,7 @@ def main() -> None:
               f"search.random.extra_objectives=[{', '.join(costs[1:])}]"]
     report = {"config": args.config, "overrides": shared, "seeds": {}}
     for seed in args.seeds:
-        out = Path(args.out) / f"seed{seed}"
+        out = Path(args.out).resolve() / f"seed{seed}"  # supernet_from: a relative path would be the config's
         seconds = {"search": _run(args.config, [*shared, f"seed={seed}"], out / "search")}
         *_, scored = _finalised(out / "search")
         for method, sampling in (("uniform", "uniform"), ("binned", "latency_bins")):
