@@ -20,7 +20,8 @@ from .finalize import FinalizeConfig
 from .strategies import STRATEGIES, SearchConfig
 from .supernet_training import TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "supernet_source", "RUN_DEVICES"]
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "first_difference", "supernet_source",
+           "RUN_DEVICES"]
 
 #: values of the top-level `device` key
 RUN_DEVICES = ("auto", "cpu", "cuda")
@@ -323,6 +324,17 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
                      supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None)
 
 
+def first_difference(a, b, prefix: str = "") -> str | None:
+    """The dotted key of the first difference between two config mappings (None: equal)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            diff = first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
+            if diff:
+                return diff
+        return None
+    return None if a == b else prefix.rstrip(".")
+
+
 #: what must equal between a run and the run whose supernet it takes (`supernet_from`)
 _SUPERNET_DEFINING = ("seed", "task", "space", "train")
 
@@ -339,12 +351,9 @@ def supernet_source(config: RunConfig) -> Path:
     if not config.search.strategy_class.uses_sandwich:
         raise ConfigError(f"supernet_from: search.strategy={config.search.strategy} trains a supernet of its own")
     theirs, ours = load_config(source.config).to_dict(), config.to_dict()
-    for key in _SUPERNET_DEFINING:
-        if theirs[key] != ours[key]:
-            differ = (next((k for k in ours[key] if ours[key].get(k) != theirs[key].get(k)), key)
-                      if isinstance(ours[key], dict) else key)
-            raise ConfigError(f"{where} trained another supernet: its {key}{'.' + differ if differ != key else ''} "
-                              "differs from this run's")
+    diff = first_difference({k: ours[k] for k in _SUPERNET_DEFINING}, {k: theirs[k] for k in _SUPERNET_DEFINING})
+    if diff:
+        raise ConfigError(f"{where} trained another supernet: its {diff} differs from this run's")
     checkpoint = source.supernet_checkpoint
     if not checkpoint.is_file():
         raise ConfigError(f"{where} has no trained supernet ({checkpoint} missing)")

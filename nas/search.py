@@ -23,7 +23,7 @@ from hw_cost.lut import LutCostModel
 from search_spaces import SearchSpace, arch_key, build_space
 from tasks import build_task
 
-from .config import ConfigError, RunConfig, config_to_yaml, load_config, supernet_source
+from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .baseline_workers import BaselineWorkers
 from .distributed import Distributed, current, start
 from .errors import RunDirError
@@ -99,16 +99,6 @@ def _faster_thread_count(one_thread_s: float, all_cores_s: float, cores: int) ->
     return 1 if 1.5 * one_thread_s < all_cores_s else cores
 
 
-def _first_difference(a, b, prefix: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            diff = _first_difference(a.get(key), b.get(key), f"{prefix}{key}.")
-            if diff:
-                return diff
-        return None
-    return None if a == b else prefix.rstrip(".")
-
-
 def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None,
                 resume: bool) -> tuple[RunConfig, RunDir]:
     """Resolve the config and the run directory; on resume the config must match the run's own.
@@ -126,7 +116,7 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             config.threads = recorded.threads
         if config.device == "auto":
             config.device = recorded.device
-        diff = _first_difference(config.to_dict(), recorded.to_dict())
+        diff = first_difference(config.to_dict(), recorded.to_dict())
         if diff:
             raise ConfigError(f"--resume: {diff} differs from {run_dir.config}; resume with the same config and "
                               "overrides, or start a new run with --out")

@@ -126,13 +126,12 @@ def register_strategy(cls: type[SearchStrategy]) -> type[SearchStrategy]:
 
 def train_supernet(ctx) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
-    `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the
-    config was read: `nas.config.supernet_source`), so that nothing is trained again."""
-    from .config import supernet_source
-    from .rundir import atomic_copy
+    `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
+    was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
+    from .rundir import RunDir, atomic_copy
 
     if ctx.config.supernet_from and not ctx.run_dir.supernet_checkpoint.exists():
-        source = supernet_source(ctx.config)
+        source = RunDir(ctx.config.supernet_from).supernet_checkpoint
         atomic_copy(source, ctx.run_dir.supernet_checkpoint)
         logger.info("supernet: taken from %s", source)
     torch.manual_seed(ctx.config.seed)  # the initial weights

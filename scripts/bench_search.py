@@ -119,15 +119,16 @@ def main() -> None:
     for seed in args.seeds:
         out = Path(args.out).resolve() / f"seed{seed}"  # supernet_from: a relative path would be the config's
         seconds = {"search": _run(args.config, [*shared, f"seed={seed}"], out / "search")}
-        *_, scored = _finalised(out / "search")
+        scored = _finalised(out / "search")[3]
         for method, sampling in (("uniform", "uniform"), ("binned", "latency_bins")):
             seconds[method] = _run(args.config, [*shared, f"seed={seed}", "search.strategy=random", *random,
                                                  f"search.random.sampling={sampling}", f"search.random.archs={scored}",
                                                  f"supernet_from={out / 'search'}"], out / method)
-        fronts = {m: _finalised(out / m)[:2] for m in METHODS}
-        metric = _finalised(out / "search")[2]
+        finalised = {m: _finalised(out / m) for m in METHODS}
+        fronts = {m: f[:2] for m, f in finalised.items()}
+        metric = finalised["search"][2]
         result = compare(fronts, args.bins)
-        result["archs_scored"] = {m: _finalised(out / m)[3] for m in METHODS}
+        result["archs_scored"] = {m: f[3] for m, f in finalised.items()}
         result["seconds_this_call"] = {m: round(s, 1) for m, s in seconds.items()}
         report["seeds"][seed] = result
         ref = result["reference_point"]
