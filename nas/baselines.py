@@ -68,7 +68,8 @@ from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 logger = logging.getLogger(__name__)
 
 __all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path"]
+           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path", "CachedNetwork",
+           "CacheEntry"]
 
 
 
@@ -263,7 +264,7 @@ def _check_reference(ctx, spec: dict) -> None:
 
 
 @dataclasses.dataclass
-class _CachedNetwork:
+class CachedNetwork:
     """What a cached baseline (`reference`, `zoo`) is: its identity in the cache, a fresh network, its cost
     block and its description."""
 
@@ -273,10 +274,10 @@ class _CachedNetwork:
     note: str
 
 
-def _reference_parts(ctx, spec: dict) -> _CachedNetwork:
+def _reference_parts(ctx, spec: dict) -> CachedNetwork:
     network = _reference_network(ctx, spec)
     name, width, task = network["network"], network.get("width"), ctx.task
-    return _CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
+    return CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
                           reference_block(name, task.input_shape, task.num_classes, width),
                           describe_reference(name, task.input_shape, width))
 
@@ -307,13 +308,13 @@ def _zoo_settings(ctx, spec: dict) -> dict:
     return settings
 
 
-def _zoo_parts(ctx, spec: dict) -> _CachedNetwork:
+def _zoo_parts(ctx, spec: dict) -> CachedNetwork:
     settings, task = _zoo_settings(ctx, spec), ctx.task
     model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
     source = "auto" if scale is not None else settings["source"]
     outputs = task.num_outputs
     identity = {"network": f"zoo-{model}", **settings, "timm": timm.__version__}
-    return _CachedNetwork(identity,
+    return CachedNetwork(identity,
                           lambda: zoo_network(model, task.input_shape, outputs, source=source, kwargs=kwargs,
                                               scale=scale),
                           zoo_block(model, task.input_shape, outputs, source=source, kwargs=kwargs, scale=scale),
@@ -331,20 +332,20 @@ _CACHED_PARTS = {"reference": _reference_parts, "zoo": _zoo_parts}
 
 
 @dataclasses.dataclass
-class _CacheEntry:
+class CacheEntry:
     """A `reference` or `zoo` baseline as the cache knows it: its network, recipe (with its budget in words) and
     key."""
 
-    parts: _CachedNetwork
+    parts: CachedNetwork
     recipe: TrainConfig
     budget: str
     key: dict
 
 
-def _cache_entry(ctx, spec: dict) -> _CacheEntry:
+def _cache_entry(ctx, spec: dict) -> CacheEntry:
     parts, task = _CACHED_PARTS[spec["type"]](ctx, spec), ctx.task
     recipe, budget = _baseline_recipe(ctx, spec)
-    return _CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
+    return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
                                                         ctx.config.task, recipe, ctx.config.seed))
 
 
@@ -353,7 +354,7 @@ def cached_baseline_path(ctx, spec: dict):
     return BaselineCache().path(_cache_entry(ctx, spec).key)
 
 
-def train_cached_baseline(ctx, spec: dict, entry: _CacheEntry | None = None) -> tuple[dict, int]:
+def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None) -> tuple[dict, int]:
     """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
     cached."""
     entry = entry or _cache_entry(ctx, spec)

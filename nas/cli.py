@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_search_parser(sub)
     commands.add_report_parser(sub)
     commands.add_export_parser(sub)
+    commands.add_probe_parser(sub)
     commands.add_lut_parser(sub)
     cost_cli.add_cost_parser(sub)
     cost_cli.add_vpunn_parser(sub)

@@ -1,4 +1,4 @@
-"""Subcommands `search`, `report`, `export`, `lut collect` and `lut validate` of the `vpunas` CLI."""
+"""Subcommands `search`, `report`, `export`, `probe`, `lut collect` and `lut validate` of the `vpunas` CLI."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["add_search_parser", "add_report_parser", "add_export_parser", "add_lut_parser"]
+__all__ = ["add_search_parser", "add_report_parser", "add_export_parser", "add_probe_parser", "add_lut_parser"]
 
 
 # ------------------------------------------------------------------------------------------------ search
@@ -100,6 +100,31 @@ def _export(args: argparse.Namespace) -> int:
     from .rundir import RunDir
 
     print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ probe
+def add_probe_parser(sub) -> None:
+    p = sub.add_parser("probe", help="rate a run's supernet ranking on a probe set of archs trained alone",
+                       description="Train the run's probe set from scratch where the cache lacks it (nas.probe), score "
+                                   "it with the run's inherited weights, write RUN_DIR/probe.csv and print Kendall tau "
+                                   "and Spearman with 95%% bootstrap intervals. key=value arguments change the probe "
+                                   "set (probe.archs=N, probe.epochs=E).")
+    p.add_argument("run_dir")
+    p.add_argument("overrides", nargs="*", metavar="probe.key=value", help="probe set overrides")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=_probe)
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from .probe import format_stat, probe_run
+    from .rundir import RunDir
+
+    run_dir = RunDir(args.run_dir)
+    stats = probe_run(run_dir, args.overrides, progress=not args.no_progress)
+    print(f"{stats['archs']} probe archs: Kendall tau {format_stat(stats, 'kendall_tau')}, Spearman "
+          f"{format_stat(stats, 'spearman')} (inherited vs standalone val; 95% bootstrap intervals); "
+          f"{run_dir.probe}")
     return 0
 
 

@@ -20,8 +20,8 @@ from .finalize import FinalizeConfig
 from .strategies import STRATEGIES, SearchConfig
 from .supernet_training import TrainConfig
 
-__all__ = ["ConfigError", "RunConfig", "CostConfig", "load_config", "config_to_yaml", "first_difference", "supernet_source",
-           "RUN_DEVICES"]
+__all__ = ["ConfigError", "RunConfig", "CostConfig", "ProbeConfig", "load_config", "config_to_yaml", "first_difference",
+           "supernet_source", "RUN_DEVICES"]
 
 #: values of the top-level `device` key
 RUN_DEVICES = ("auto", "cpu", "cuda")
@@ -73,6 +73,30 @@ class CostConfig:
 
 
 @dataclass
+class ProbeConfig:
+    """The probe set that rates the supernet's ranking (`nas.probe`).
+
+    Args:
+        archs: archs of the probe set (0: no probe set).
+        epochs: epochs each is trained from scratch with the run's recipe (`train`); None = the finalisation's
+            (`search.finalize.epochs`; the supernet's and finalisation's most epochs without finalisation).
+        resamples: bootstrap resamples of the intervals.
+    """
+
+    archs: int = 24
+    epochs: Optional[float] = None
+    resamples: int = 2000
+
+    def __post_init__(self):
+        if self.archs < 0 or self.archs == 1:
+            raise ValueError("archs: must be 0 (no probe set) or >= 2")
+        if self.epochs is not None and not self.epochs > 0:
+            raise ValueError("epochs: must be > 0 (or null for the finalised archs' epochs)")
+        if self.resamples < 100:
+            raise ValueError("resamples: must be >= 100")
+
+
+@dataclass
 class _TopLevel:
     name: str = "run"
     seed: int = 0
@@ -81,6 +105,7 @@ class _TopLevel:
     device: str = "auto"
     baseline_workers: int = 0
     supernet_from: Optional[str] = None
+    probe: Any = None
     task: Any = None
     space: Any = None
     train: Any = None
@@ -136,6 +161,7 @@ class RunConfig:
         supernet_from: the folder of a run whose trained supernet this run takes instead of training its own
             (OFA's "train once, search many"): its task, space, train section and seed must be this run's
             (`supernet_source`); None = train one.
+        probe: the probe set that rates the supernet's ranking against archs trained alone (`nas.probe`).
     """
 
     name: str
@@ -151,6 +177,7 @@ class RunConfig:
     device: str = "auto"
     baseline_workers: int = 0
     supernet_from: Optional[str] = None
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
 
     def to_dict(self) -> dict:
         return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -321,7 +348,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
                      search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
                      device=top.device, baseline_workers=top.baseline_workers,
-                     supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None)
+                     supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None,
+                     probe=_structured(ProbeConfig, top.probe, "probe"))
 
 
 def first_difference(a, b, prefix: str = "") -> str | None:

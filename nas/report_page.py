@@ -471,6 +471,25 @@ def _png(png: bytes, name: str) -> str:
             f"src=\"data:image/png;base64,{base64.b64encode(png).decode()}\"></details>")
 
 
+def probe_section(run_dir: RunDir, metric: str) -> str:
+    """The supernet's ranking rated on the run's probe set (`nas.probe`), or how to get one."""
+    from .probe import format_stat, read_probe
+
+    probe = read_probe(run_dir, metric)
+    if probe is None:
+        return ("<h2>Probe set</h2><p>None yet: <code>vpunas probe RUN_DIR</code> trains archs spread over the space "
+                "from scratch (cached across runs) and rates the supernet's ranking against them.</p>")
+    rows, stats = probe
+    m = html.escape(metric)
+    columns = ["latency_ms", f"inherited_{metric}", f"standalone_{metric}", f"standalone_test_{metric}", "params",
+               "macs", "arch"]
+    return (f"<h2>Probe set</h2><p>{len(rows)} archs spread over the space's latency range, each trained from scratch "
+            f"for {float(rows[0]['epochs']):g} epochs (<code>probe.csv</code>). The supernet ranks them with Kendall "
+            f"tau <b>{format_stat(stats, 'kendall_tau')}</b> and Spearman <b>{format_stat(stats, 'spearman')}</b> "
+            f"(inherited vs standalone val {m}; 95 % bootstrap intervals).</p>"
+            f"<details><summary>{len(rows)} probe archs</summary>{sortable_table(rows, columns)}</details>")
+
+
 def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     """report.html of one run."""
     metric, rows, baselines = view.metric, view.rows, view.baselines
@@ -502,6 +521,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
 {_headline_section(view)}
 <h2>Front</h2>{section}{_png(png, "pareto.png")}
 {final_section}
+{probe_section(run_dir, metric)}
 {generations_section(view)}
 <h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
 <h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])

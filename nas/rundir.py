@@ -122,6 +122,8 @@ class RunDir:
     pareto_png = property(lambda self: self.path / "pareto.png")
     report_html = property(lambda self: self.path / "report.html")
     stage_times = property(lambda self: self.path / "stage_times.json")
+    #: the probe set's inherited and standalone scores (`nas.probe`)
+    probe = property(lambda self: self.path / "probe.csv")
     checkpoint_dir = property(lambda self: self.path / "checkpoint")
     models_dir = property(lambda self: self.path / "models")
     supernet_checkpoint = property(lambda self: self.checkpoint_dir / "supernet.pt")

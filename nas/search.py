@@ -31,6 +31,7 @@ from .evaluation import CachedEvaluator
 from .finalize import finalize
 from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
+from .probe import score_probe
 from .report import build_report, candidate_columns, candidate_rows, read_stage_times, write_csv
 from .rundir import RunDir, atomic_write_text
 from .runtime import ThreadGovernor
@@ -314,6 +315,8 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     rows = write_results(ctx, records, test_metrics, finals)
     clock.start("baselines")
     evaluate_baselines(ctx, outcome.evaluator, workers)
+    clock.start("probe set")
+    score_probe(ctx, outcome.evaluator, train=False)  # when the cache holds it (`vpunas probe` trains it)
     clock.save()
     build_report(run_dir, space=ctx.space)
     logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,

@@ -1,0 +1,192 @@
+"""The probe set: how well a run's supernet ranks archs, measured against the same archs trained on their own.
+
+A weight-sharing search chooses by the supernet's ranking (an arch's metric with inherited weights), and that
+ranking is only as good as its agreement with what the archs reach when trained alone. Fidelity measured within a
+run's finalised archs sees a handful of neighbours on the front; a probe set sees the whole space: `archs` archs
+spread over its latency range (the smallest, the largest, the rest drawn in turn from equal latency bins of a pool
+of uniform draws, `nas.random_search.sample_archs`), each trained from scratch with the run's recipe (`train`) for
+the finalisation's configured epochs (`search.finalize.epochs`, or `probe.epochs`), as standalone baselines are.
+
+The standalone scores are cached across runs like reference baselines (`nas.baseline_cache`, keyed by the space's
+settings, the arch, the task's data settings, the recipe and the seed), so a probe set is trained once and rates the
+supernet of every later run of that space and recipe. `vpunas probe RUN_DIR` trains what the cache lacks (an
+interrupted arch resumes from RUN_DIR/checkpoint) and writes RUN_DIR/probe.csv; a search run writes it itself when
+the cache holds every probe arch. The figures are Kendall tau and Spearman rho between inherited and standalone val
+metric, each with a 95 % percentile bootstrap interval over the archs (`scipy.stats.bootstrap`, paired).
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import warnings
+from typing import Sequence
+
+import numpy as np
+
+from search_spaces import arch_key
+
+from .baseline_cache import BaselineCache, cache_key
+from .baselines import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
+from .evaluation import ArchEvaluator, complexity
+from .random_search import RandomConfig, sample_archs
+from .report import read_csv, write_csv
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "probe_run", "read_probe", "format_stat",
+           "PROBE_STATS"]
+
+
+def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
+    """`count` distinct archs of `space` from its smallest to its largest, the rest spread evenly over the latency
+    range (deterministic for a seed)."""
+    ends = [space.smallest(), space.largest()]
+    keys = {arch_key(a) for a in ends}
+    spread = sample_archs(space, RandomConfig(archs=max(2, count), sampling="latency_bins", bins=max(1, count - 2)),
+                          latency_ms, seed)
+    archs = ends + [a for a in spread if arch_key(a) not in keys]
+    return sorted(archs[:count], key=latency_ms)
+
+
+def _recipe(ctx):
+    """The run's training recipe for the probe's epochs (default: the finalisation's configured epochs)."""
+    config = ctx.config
+    epochs = config.probe.epochs or config.search.finalize.epochs or matched_epochs(config)[0]
+    return dataclasses.replace(config.train, epochs=float(epochs))
+
+
+def probe_entries(ctx) -> list[tuple[dict, CacheEntry]]:
+    """The run's probe archs with their cache entries (network, recipe, key)."""
+    space, task, config = ctx.space, ctx.task, ctx.config
+    recipe = _recipe(ctx)
+    latency = lambda arch: ctx.cost_model.latency_ms(space.blocks(arch))  # noqa: E731
+    entries = []
+    for arch in probe_archs(space, latency, config.probe.archs, config.seed):
+        identity = {"network": f"probe-{space.family}", "space": dataclasses.asdict(config.space), "arch": arch}
+        parts = CachedNetwork(identity, lambda arch=arch: space.fresh_network(arch), None, "probe arch")
+        key = cache_key(identity, task.input_shape, task.num_outputs, config.task, recipe, config.seed)
+        entries.append((arch, CacheEntry(parts, recipe, f"the run's recipe for {recipe.epochs:g} epochs", key)))
+    return entries
+
+
+def _kendall(x, y) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y).statistic)
+
+
+def _spearman(x, y) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+#: the figures of `ranking_stats`: name -> statistic of (ranking, truth)
+PROBE_STATS = {"kendall_tau": _kendall, "spearman": _spearman}
+
+
+def ranking_stats(ranking: Sequence[float], truth: Sequence[float], resamples: int = 2000, seed: int = 0) -> dict:
+    """Kendall tau and Spearman rho of `ranking` against `truth`, each with the bounds of its 95 % percentile
+    bootstrap interval (`<name>_low`, `<name>_high`; resampled archs, paired). NaN where a figure is undefined
+    (fewer than 3 archs, no spread)."""
+    from scipy.stats import ConstantInputWarning, bootstrap
+
+    x, y = np.asarray(ranking, dtype=float), np.asarray(truth, dtype=float)
+    out = {"archs": len(x)}
+    with warnings.catch_warnings():  # a resample without spread has no figure: NaN, which the interval shows
+        warnings.simplefilter("ignore", ConstantInputWarning)
+        for name, statistic in PROBE_STATS.items():
+            value = statistic(x, y) if len(x) >= 2 else math.nan
+            low = high = math.nan
+            if len(x) >= 3 and not math.isnan(value):
+                interval = bootstrap((x, y), statistic, paired=True, vectorized=False, n_resamples=resamples,
+                                     method="percentile", rng=np.random.default_rng(seed)).confidence_interval
+                low, high = float(interval.low), float(interval.high)
+            out.update({name: value, f"{name}_low": low, f"{name}_high": high})
+    return out
+
+
+def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
+    """(arch, standalone scores) of every probe arch: cached, or (with `train`) trained now and cached; None when
+    the cache lacks one and `train` is off."""
+    entries, cache = probe_entries(ctx), BaselineCache()
+    if not train and not all(cache.path(entry.key).exists() for _, entry in entries):
+        return None
+    # named by its cache file, so that a checkpoint under RUN_DIR/checkpoint resumes only the same training
+    return [(arch, train_cached_baseline(ctx, {"name": cache.path(entry.key).stem}, entry)[0])
+            for arch, entry in entries]
+
+
+def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
+    """The probe set of the run scored on its supernet (`evaluator`, inherited weights) beside the standalone
+    scores: RUN_DIR/probe.csv written, the figures logged and returned (`ranking_stats`). Without `train`, only
+    when the cache holds every probe arch (else None)."""
+    probe, metric = ctx.config.probe, ctx.task.metric
+    if probe.archs == 0:
+        return None
+    standalone = _standalone_scores(ctx, train)
+    if standalone is None:
+        return None
+    rows = []
+    for arch, scores in standalone:
+        record = evaluator.evaluate(arch)
+        params, macs = complexity(ctx.space.blocks(arch))
+        rows.append({"latency_ms": record["latency_ms"], "params": params, "macs": macs,
+                     f"inherited_{metric}": record[metric], f"standalone_{metric}": scores[metric],
+                     f"standalone_test_{metric}": scores.get(f"test_{metric}", ""), "epochs": _recipe(ctx).epochs,
+                     "arch": arch_key(arch)})
+    write_csv(ctx.run_dir.probe, rows, list(rows[0]))
+    stats = ranking_stats([r[f"inherited_{metric}"] for r in rows], [r[f"standalone_{metric}"] for r in rows],
+                          probe.resamples, ctx.config.seed)
+    logger.info("probe set (%d archs trained from scratch for %g epochs): the supernet ranks them with Kendall tau "
+                "%s and Spearman %s (inherited vs standalone val %s, 95 %% bootstrap intervals); %s",
+                len(rows), _recipe(ctx).epochs, format_stat(stats, "kendall_tau"), format_stat(stats, "spearman"),
+                metric, ctx.run_dir.probe)
+    return stats
+
+
+def format_stat(stats: dict, name: str) -> str:
+    """'0.612 [0.41, 0.78]' (or 'n/a')."""
+    value, low, high = stats[name], stats[f"{name}_low"], stats[f"{name}_high"]
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.3f}" + ("" if math.isnan(low) else f" [{low:.2f}, {high:.2f}]")
+
+
+def read_probe(run_dir, metric: str, resamples: int = 2000, seed: int = 0) -> tuple[list[dict], dict] | None:
+    """A run's probe.csv and its figures (`ranking_stats`), or None when it has none."""
+    if not run_dir.probe.exists():
+        return None
+    rows = read_csv(run_dir.probe)
+    if not rows:
+        return None
+    stats = ranking_stats([float(r[f"inherited_{metric}"]) for r in rows],
+                          [float(r[f"standalone_{metric}"]) for r in rows], resamples, seed)
+    return rows, stats
+
+
+def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict:
+    """`vpunas probe`: the probe set of a run with a trained supernet, trained where the cache lacks it and scored
+    on the run's supernet; probe.csv written, report.html rebuilt when the run has finished. `overrides`
+    (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""
+    from .config import ConfigError, load_config
+    from .report import build_report
+    from .search import build_context
+    from .supernet_training import load_trained_supernet
+
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir.path} holds no run (no config.yaml)")
+    wrong = [o for o in overrides if not o.startswith("probe.")]
+    if wrong:
+        raise ConfigError(f"{wrong[0]}: vpunas probe changes the probe set only (probe.archs=N, probe.epochs=E)")
+    config = load_config(run_dir.config, list(overrides))
+    if config.probe.archs == 0:
+        raise ConfigError("probe.archs: 0 means no probe set; give probe.archs=N (N >= 2)")
+    ctx = build_context(config, run_dir, progress)
+    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train).to(ctx.device)
+    evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, config.train.channels_last)
+    stats = score_probe(ctx, evaluator, train=True)
+    if run_dir.candidates.exists():
+        build_report(run_dir, space=ctx.space)
+    return stats
