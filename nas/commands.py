@@ -117,14 +117,13 @@ def add_probe_parser(sub) -> None:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .probe import format_stat, probe_run
+    from .probe import figure_lines, probe_run
     from .rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
-    stats = probe_run(run_dir, args.overrides, progress=not args.no_progress)
-    print(f"{stats['archs']} probe archs: Kendall tau {format_stat(stats, 'kendall_tau')}, Spearman "
-          f"{format_stat(stats, 'spearman')} (inherited vs standalone val; 95% bootstrap intervals); "
-          f"{run_dir.probe}")
+    figures = probe_run(run_dir, args.overrides, progress=not args.no_progress)
+    print(f"probe set against the standalone val metric (95% bootstrap intervals); {run_dir.probe}")
+    print("\n".join(figure_lines(figures)))
     return 0
 
 

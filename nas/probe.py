@@ -11,8 +11,10 @@ The standalone scores are cached across runs like reference baselines (`nas.base
 settings, the arch, the task's data settings, the recipe and the seed), so a probe set is trained once and rates the
 supernet of every later run of that space and recipe. `vpunas probe RUN_DIR` trains what the cache lacks (an
 interrupted arch resumes from RUN_DIR/checkpoint) and writes RUN_DIR/probe.csv; a search run writes it itself when
-the cache holds every probe arch. The figures are Kendall tau and Spearman rho between inherited and standalone val
-metric, each with a 95 % percentile bootstrap interval over the archs (`scipy.stats.bootstrap`, paired).
+the cache holds every probe arch. The figures are Kendall tau and Spearman rho between a ranking and the standalone
+val metric, each with a 95 % percentile bootstrap interval over the archs (`scipy.stats.bootstrap`, paired): for the
+inherited metric over the whole set and within the search's latency limit (where the search ranks), and for the
+accuracy predictor's held-out predictions (`nas.accuracy_predictor`).
 """
 from __future__ import annotations
 
@@ -28,14 +30,14 @@ from search_spaces import arch_key
 
 from .baseline_cache import BaselineCache, cache_key
 from .baselines import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
-from .evaluation import ArchEvaluator, complexity
+from .evaluation import ArchEvaluator
 from .random_search import RandomConfig, sample_archs
 from .report import read_csv, write_csv
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "probe_run", "read_probe", "format_stat",
-           "PROBE_STATS"]
+__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "probe_run", "read_probe", "probe_figures",
+           "figure_lines", "format_stat", "PROBE_STATS"]
 
 
 def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
@@ -120,30 +122,62 @@ def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
 
 def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
     """The probe set of the run scored on its supernet (`evaluator`, inherited weights) beside the standalone
-    scores: RUN_DIR/probe.csv written, the figures logged and returned (`ranking_stats`). Without `train`, only
-    when the cache holds every probe arch (else None)."""
-    probe, metric = ctx.config.probe, ctx.task.metric
+    scores and the accuracy predictor's held-out predictions: RUN_DIR/probe.csv written, the figures
+    (`probe_figures`) logged and returned. Without `train`, only when the cache holds every probe arch (else None)."""
+    from .accuracy_predictor import arch_features, held_out_predictions
+
+    probe, metric, space = ctx.config.probe, ctx.task.metric, ctx.space
     if probe.archs == 0:
         return None
     standalone = _standalone_scores(ctx, train)
     if standalone is None:
         return None
-    rows = []
+    limit, _ = ctx.config.search.finalize_scope()
+    rows, features = [], []
     for arch, scores in standalone:
         record = evaluator.evaluate(arch)
-        params, macs = complexity(ctx.space.blocks(arch))
-        rows.append({"latency_ms": record["latency_ms"], "params": params, "macs": macs,
-                     f"inherited_{metric}": record[metric], f"standalone_{metric}": scores[metric],
-                     f"standalone_test_{metric}": scores.get(f"test_{metric}", ""), "epochs": _recipe(ctx).epochs,
-                     "arch": arch_key(arch)})
+        features.append(arch_features(space, arch, record[metric]))
+        rows.append({"latency_ms": record["latency_ms"], "within_limit": limit is None or record["latency_ms"] <= limit,
+                     "params": record["params"], "macs": record["macs"], f"inherited_{metric}": record[metric],
+                     f"standalone_{metric}": scores[metric], f"standalone_test_{metric}": scores.get(f"test_{metric}", ""),
+                     "epochs": _recipe(ctx).epochs, "arch": arch_key(arch)})
+    if len(rows) >= MIN_PREDICTOR_ARCHS:
+        held_out = held_out_predictions(np.array(features), [r[f"standalone_{metric}"] for r in rows], ctx.config.seed)
+        for row, value in zip(rows, held_out):
+            row[f"held_out_predicted_{metric}"] = round(float(value), 4)
     write_csv(ctx.run_dir.probe, rows, list(rows[0]))
-    stats = ranking_stats([r[f"inherited_{metric}"] for r in rows], [r[f"standalone_{metric}"] for r in rows],
-                          probe.resamples, ctx.config.seed)
-    logger.info("probe set (%d archs trained from scratch for %g epochs): the supernet ranks them with Kendall tau "
-                "%s and Spearman %s (inherited vs standalone val %s, 95 %% bootstrap intervals); %s",
-                len(rows), _recipe(ctx).epochs, format_stat(stats, "kendall_tau"), format_stat(stats, "spearman"),
-                metric, ctx.run_dir.probe)
-    return stats
+    figures = probe_figures(rows, metric, probe.resamples, ctx.config.seed)
+    logger.info("probe set: %d archs trained from scratch for %g epochs, against the standalone val %s (95 %% "
+                "bootstrap intervals):\n%s\n%s", len(rows), _recipe(ctx).epochs, metric,
+                "\n".join(f"  {line}" for line in figure_lines(figures)), ctx.run_dir.probe)
+    return figures
+
+
+#: probe archs needed for the accuracy predictor's held-out figure (one left out, the rest fitted)
+MIN_PREDICTOR_ARCHS = 5
+
+
+def probe_figures(rows: Sequence[dict], metric: str, resamples: int = 2000, seed: int = 0) -> dict[str, dict]:
+    """What ranks the probe archs how well (`ranking_stats` against the standalone val metric): the supernet's
+    inherited metric over all of them and over those within the search's latency limit, and the accuracy
+    predictor's held-out predictions where probe.csv has them."""
+    def stats(subset: Sequence[dict], column: str) -> dict:
+        return ranking_stats([float(r[column]) for r in subset], [float(r[f"standalone_{metric}"]) for r in subset],
+                             resamples, seed)
+
+    figures = {"inherited": stats(rows, f"inherited_{metric}")}
+    within = [r for r in rows if str(r["within_limit"]) == "True"]
+    if 3 <= len(within) < len(rows):
+        figures["inherited, within the latency limit"] = stats(within, f"inherited_{metric}")
+    if f"held_out_predicted_{metric}" in rows[0]:
+        figures["predictor, held out"] = stats(rows, f"held_out_predicted_{metric}")
+    return figures
+
+
+def figure_lines(figures: dict[str, dict]) -> list[str]:
+    """One line per figure of `probe_figures`."""
+    return [f"{name} ({stats['archs']} archs): Kendall tau {format_stat(stats, 'kendall_tau')}, Spearman "
+            f"{format_stat(stats, 'spearman')}" for name, stats in figures.items()]
 
 
 def format_stat(stats: dict, name: str) -> str:
@@ -155,18 +189,14 @@ def format_stat(stats: dict, name: str) -> str:
 
 
 def read_probe(run_dir, metric: str, resamples: int = 2000, seed: int = 0) -> tuple[list[dict], dict] | None:
-    """A run's probe.csv and its figures (`ranking_stats`), or None when it has none."""
+    """A run's probe.csv and its figures (`probe_figures`), or None when it has none."""
     if not run_dir.probe.exists():
         return None
     rows = read_csv(run_dir.probe)
-    if not rows:
-        return None
-    stats = ranking_stats([float(r[f"inherited_{metric}"]) for r in rows],
-                          [float(r[f"standalone_{metric}"]) for r in rows], resamples, seed)
-    return rows, stats
+    return (rows, probe_figures(rows, metric, resamples, seed)) if rows else None
 
 
-def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict:
+def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict[str, dict]:
     """`vpunas probe`: the probe set of a run with a trained supernet, trained where the cache lacks it and scored
     on the run's supernet; probe.csv written, report.html rebuilt when the run has finished. `overrides`
     (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""

@@ -473,20 +473,18 @@ def _png(png: bytes, name: str) -> str:
 
 def probe_section(run_dir: RunDir, metric: str) -> str:
     """The supernet's ranking rated on the run's probe set (`nas.probe`), or how to get one."""
-    from .probe import format_stat, read_probe
+    from .probe import figure_lines, read_probe
 
     probe = read_probe(run_dir, metric)
     if probe is None:
         return ("<h2>Probe set</h2><p>None yet: <code>vpunas probe RUN_DIR</code> trains archs spread over the space "
                 "from scratch (cached across runs) and rates the supernet's ranking against them.</p>")
-    rows, stats = probe
-    m = html.escape(metric)
-    columns = ["latency_ms", f"inherited_{metric}", f"standalone_{metric}", f"standalone_test_{metric}", "params",
-               "macs", "arch"]
+    rows, figures = probe
+    columns = [c for c in rows[0] if c != "epochs"]
+    lines = "".join(f"<li>{html.escape(line)}</li>" for line in figure_lines(figures))
     return (f"<h2>Probe set</h2><p>{len(rows)} archs spread over the space's latency range, each trained from scratch "
-            f"for {float(rows[0]['epochs']):g} epochs (<code>probe.csv</code>). The supernet ranks them with Kendall "
-            f"tau <b>{format_stat(stats, 'kendall_tau')}</b> and Spearman <b>{format_stat(stats, 'spearman')}</b> "
-            f"(inherited vs standalone val {m}; 95 % bootstrap intervals).</p>"
+            f"for {float(rows[0]['epochs']):g} epochs (<code>probe.csv</code>). How well each ranking orders them by "
+            f"their standalone val {html.escape(metric)} (95 % bootstrap intervals):</p><ul>{lines}</ul>"
             f"<details><summary>{len(rows)} probe archs</summary>{sortable_table(rows, columns)}</details>")
 
 

@@ -65,25 +65,28 @@ def _cache_files(run: RunDir) -> dict:
 
 def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
     run = probed_run
-    assert main(["probe", str(run.path), "probe.archs=3", "--no-progress"]) == 0
+    assert main(["probe", str(run.path), "probe.archs=5", "--no-progress"]) == 0
     printed = capsys.readouterr().out
-    assert "3 probe archs: Kendall tau" in printed and str(run.probe) in printed
+    assert "inherited (5 archs): Kendall tau" in printed and "predictor, held out (5 archs)" in printed
+    assert str(run.probe) in printed
     rows = run.probe.read_text().splitlines()
-    assert len(rows) == 4 and rows[0].startswith("latency_ms,params,macs,inherited_top1,standalone_top1")
+    assert len(rows) == 6 and rows[0].split(",") == [
+        "latency_ms", "within_limit", "params", "macs", "inherited_top1", "standalone_top1", "standalone_test_top1",
+        "epochs", "arch", "held_out_predicted_top1"]
     page = run.report_html.read_text()
-    assert "Probe set</h2><p>3 archs spread over the space" in page and "Kendall tau" in page
+    assert "Probe set</h2><p>5 archs spread over the space" in page and "predictor, held out" in page
     trained = _cache_files(run)
-    assert len(trained) == 3
+    assert len(trained) == 5
 
     # a second call trains nothing; a lost entry is trained again, alone
     lost = sorted(trained)[1]
     (run.path.parent / "cache" / lost).unlink()
     caplog.set_level(logging.INFO, logger="nas.baselines")
-    assert main(["probe", str(run.path), "probe.archs=3", "--no-progress"]) == 0
+    assert main(["probe", str(run.path), "probe.archs=5", "--no-progress"]) == 0
     again = _cache_files(run)
     assert set(again) == set(trained)
     assert [name for name in trained if again[name] != trained[name]] == [lost]
-    assert sum("from the cache" in r.getMessage() for r in caplog.records) == 2
+    assert sum("from the cache" in r.getMessage() for r in caplog.records) == 4
     assert run.probe.read_text().splitlines() == rows  # same archs, same scores
 
 
@@ -102,8 +105,8 @@ def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     assert score_probe(ctx, evaluator, train=False) is None and not run.probe.exists()
     assert main(["probe", str(run.path), "probe.archs=2", "--no-progress"]) == 0
     run.probe.unlink()
-    stats = score_probe(ctx, evaluator, train=False)
-    assert stats["archs"] == 2 and run.probe.exists()
+    figures = score_probe(ctx, evaluator, train=False)
+    assert list(figures) == ["inherited"] and figures["inherited"]["archs"] == 2 and run.probe.exists()
 
 
 def test_probe_refuses_other_overrides_and_missing_runs(tmp_path, smoke_run, capsys):
