@@ -32,7 +32,7 @@ def _work(run_path: str, specs: list[dict], threads: int, index: int) -> None:
     from .baselines import train_cached_baseline
     from .config import load_config
     from .rundir import RunDir
-    from .search import build_context
+    from .context import build_context
 
     run_dir = RunDir(run_path)
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")

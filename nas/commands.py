@@ -26,7 +26,7 @@ def add_search_parser(sub) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from .search import prepare_run, run_search
+    from .run import prepare_run, run_search
 
     config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
     rows = run_search(config, run_dir, progress=not args.no_progress)
@@ -167,7 +167,7 @@ def _lut_collect(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_config
     from .lut_validation import validate_table
     from .rundir import atomic_write_text
-    from .search import build_task_and_space
+    from .context import build_task_and_space
 
     config = load_config(args.config, args.overrides)
     if 0 < args.validate < 4:
@@ -216,7 +216,7 @@ def _lut_validate(args: argparse.Namespace) -> int:
     from .config import ConfigError, load_config, load_space_config
     from .lut_validation import plot_validation, validate_table
     from .rundir import atomic_write_text
-    from .search import build_task_and_space
+    from .context import build_task_and_space
 
     if args.archs < 4:
         raise ConfigError("--archs: must be >= 4 (the correction is fitted on some, checked on the others)")

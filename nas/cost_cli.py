@@ -58,7 +58,7 @@ def _run_arch(run_dir: str, arch_id: str):
     from nas.config import load_config
     from nas.export import run_arch
     from nas.rundir import RunDir
-    from nas.search import build_task_and_space
+    from nas.context import build_task_and_space
 
     run = RunDir(run_dir)
     arch = run_arch(run, arch_id)["arch"]

@@ -89,7 +89,7 @@ def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str
     `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
     caller has them; rebuilding the space loads the task's data."""
     from .config import load_config
-    from .search import build_task_and_space
+    from .context import build_task_and_space
 
     rows = read_csv(run_dir.candidates) if rows is None else rows
     metric = metric_of(rows)

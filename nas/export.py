@@ -20,7 +20,7 @@ from .evaluation import ArchEvaluator
 from .finalize import load_final_weights
 from .report import read_csv
 from .rundir import RunDir, atomic_write_text
-from .search import build_context
+from .context import build_context
 from .supernet_training import load_trained_supernet
 
 logger = logging.getLogger(__name__)

@@ -202,7 +202,7 @@ def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> 
     (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""
     from .config import ConfigError, load_config
     from .report import build_report
-    from .search import build_context
+    from .context import build_context
     from .supernet_training import load_trained_supernet
 
     if not run_dir.exists():

@@ -339,7 +339,7 @@ def generation_lines(matches: Sequence[GenerationMatch], metric: str) -> list[st
 
 
 def read_stage_times(run_dir: RunDir) -> dict | None:
-    """The run's wall time per stage (`nas.search.StageClock`): {"seconds": {stage: s}, "sessions": n}, or None
+    """The run's wall time per stage (`nas.run.StageClock`): {"seconds": {stage: s}, "sessions": n}, or None
     when the run does not record it (older runs) or the file is damaged."""
     try:
         record = json.loads(run_dir.stage_times.read_text(encoding="utf-8"))

@@ -6,7 +6,7 @@ sub-section: the config's `search` section (`SearchConfig`) names the strategy t
 strategy's settings in a sub-section of its name, so that one override (`search.strategy=differentiable`) switches
 strategy; `search.finalize` is common to all of them.
 
-`nas.search.run_search` creates the strategy of the config, loads the state it recorded in
+`nas.run.run_search` creates the strategy of the config, loads the state it recorded in
 RUN_DIR/checkpoint/strategy.json into it on resume (`state_dict` / `load_state_dict`; a strategy that checkpoints
 itself sets `persists_state = False`), and writes candidates.csv and that state after each generation
 (the `on_generation` callback).
@@ -52,7 +52,7 @@ class SearchStrategy(ABC):
     in RUN_DIR/checkpoint/strategy.json, as JSON; False for a strategy that checkpoints itself).
 
     Args:
-        ctx: the run's `nas.search.SearchContext`.
+        ctx: the run's `nas.context.SearchContext`.
         on_generation: `on_generation(records)` after each generation (search epoch), with every record so far
             (the run writes candidates.csv and the strategy's state there); None: nothing.
     """

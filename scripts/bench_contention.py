@@ -21,7 +21,7 @@ import torch
 
 from nas.config import load_config
 from nas.runtime import ThreadGovernor, keep_freed_memory
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import SupernetTrainer
 
 

@@ -22,7 +22,7 @@ from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.runtime import keep_freed_memory
 from nas.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import SupernetTrainer
 
 

@@ -28,7 +28,7 @@ from nas.baselines import FixedNetwork, StandaloneTrainer
 from nas.config import load_config
 from nas.finalize import LockstepTrainer
 from nas.runtime import keep_freed_memory
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import SupernetTrainer
 from nas.zoo import zoo_network
 

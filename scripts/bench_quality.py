@@ -33,7 +33,7 @@ from nas.export import deployable_model
 from nas.report import fidelity_of, read_csv
 from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
-from nas.search import build_context, build_task_and_space
+from nas.context import build_context, build_task_and_space
 from nas.supernet_training import load_trained_supernet
 
 

@@ -27,7 +27,7 @@ from nas.config import load_config
 from nas.distributed import Distributed
 from nas.evaluation import ArchEvaluator
 from nas.runtime import keep_freed_memory
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import SupernetTrainer
 
 

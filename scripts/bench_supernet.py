@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from nas.config import load_config
 from nas.runtime import keep_freed_memory
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import to_channels_last
 
 

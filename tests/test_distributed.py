@@ -23,7 +23,7 @@ from nas.distributed import Distributed
 from nas.evaluation import CachedEvaluator
 from nas.report import read_csv
 from nas.rundir import EvaluationJournal, RunDir
-from nas.search import resolve_device
+from nas.context import resolve_device
 from nas.supernet_training import batch_share_layers
 from search_spaces.elastic import ElasticBatchNorm2d
 

@@ -89,7 +89,7 @@ def test_unknown_cost_model_kind():
 
 
 def test_shipped_table_covers_the_space_of_its_configs():
-    from nas.search import build_task_and_space
+    from nas.context import build_task_and_space
 
     config = load_config(CONFIGS / "fmnist_mobilenet_dnas.yaml")
     table = LatencyTable.load(config.cost.model[4:])

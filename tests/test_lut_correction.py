@@ -23,7 +23,7 @@ from nas.lut_validation import (CORRECTION_FILE, agreement, correct_for_this_mac
                                 measured_latencies)
 from nas.report import read_csv
 from nas.rundir import RunDir
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from search_spaces import arch_key
 
 TABLE = CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"

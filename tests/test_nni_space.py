@@ -33,7 +33,7 @@ def test_frozen_samples_are_subnets_with_inherited_weights():
 def test_nni_regularized_evolution_minimises_lut_latency(tmp_path):
     logging.getLogger("nni").setLevel(logging.ERROR)
     from nas.config import load_config
-    from nas.search import build_task_and_space
+    from nas.context import build_task_and_space
 
     config = load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml")
     _, space = build_task_and_space(config)

@@ -16,7 +16,7 @@ from search_spaces import arch_key
 @pytest.fixture(scope="module")
 def space():
     from nas.config import load_config
-    from nas.search import build_task_and_space
+    from nas.context import build_task_and_space
 
     return build_task_and_space(load_config(SMOKE, ["task.train_size=256"]))[1]
 
@@ -95,7 +95,7 @@ def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     from nas.config import load_config
     from nas.evaluation import ArchEvaluator
     from nas.probe import score_probe
-    from nas.search import build_context
+    from nas.context import build_context
     from nas.supernet_training import load_trained_supernet
 
     run = probed_run

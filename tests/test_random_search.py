@@ -23,7 +23,7 @@ TINY = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "ta
 @pytest.fixture(scope="module")
 def space():
     from nas.config import load_config
-    from nas.search import build_task_and_space
+    from nas.context import build_task_and_space
 
     return build_task_and_space(load_config(SMOKE, ["task.train_size=256"]))[1]
 

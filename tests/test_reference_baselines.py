@@ -25,7 +25,7 @@ from nas.evaluation import complexity
 from nas.reference_networks import reference_block, reference_network
 from nas.report import read_csv, reference_label
 from nas.rundir import RunDir
-from nas.search import build_context
+from nas.context import build_context
 
 #: a smoke search cut to a sliver: a few supernet steps, one generation, no finalisation, VPUNN latencies
 TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",

@@ -13,7 +13,7 @@ from nas.arch_picture import arch_summary, arch_svg
 from nas.cli import main
 from nas.report import read_csv
 from nas.rundir import RunDir
-from nas.search import StageClock
+from nas.run import StageClock
 
 
 def _views(page: str) -> dict[str, str]:
@@ -72,7 +72,7 @@ def test_stage_times_add_up_over_sessions(tmp_path, monkeypatch):
     """An interrupted session counts its stage up to the interrupt; a resumed one adds its own time; a session
     that fails records nothing."""
     ticks = iter([1.0, 4.0, 10.0, 101.0, 103.0, 200.0])
-    monkeypatch.setattr("nas.search.time.perf_counter", lambda: next(ticks))
+    monkeypatch.setattr("nas.run.time.perf_counter", lambda: next(ticks))
     run_dir = RunDir(tmp_path)
     first = StageClock(run_dir)
     first.start("training")

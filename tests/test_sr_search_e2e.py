@@ -13,7 +13,7 @@ from nas.config import ConfigError, load_config
 from nas.pareto import pareto_mask
 from nas.report import read_csv
 from nas.rundir import RunDir
-from nas.search import build_context, build_task_and_space
+from nas.context import build_context, build_task_and_space
 
 SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")
 

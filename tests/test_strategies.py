@@ -16,7 +16,7 @@ from nas.differentiable import DifferentiableConfig
 from nas.errors import RunDirError
 from nas.evolution import EvolutionConfig
 from nas.rundir import RunDir
-from nas.search import SearchContext
+from nas.context import SearchContext
 from nas.strategies import (STRATEGIES, DifferentiableSearchStrategy, EvolutionSearch, SearchConfig, SearchStrategy,
                             register_strategy)
 from test_evolution import SPACE, toy_record

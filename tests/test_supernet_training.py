@@ -5,7 +5,7 @@ import pytest
 
 from conftest import SMOKE
 from nas.config import load_config
-from nas.search import build_task_and_space
+from nas.context import build_task_and_space
 from nas.supernet_training import SupernetTrainer
 
 

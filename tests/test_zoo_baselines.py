@@ -18,7 +18,7 @@ from nas.config import ConfigError, load_config
 from nas.reference_networks import reference_network
 from nas.report import generation_matches, read_csv
 from nas.rundir import RunDir
-from nas.search import build_context
+from nas.context import build_context
 from nas.zoo import ZooError, describe_zoo, zoo_block, zoo_network
 
 #: a smoke search cut to a sliver (see test_reference_baselines), the finalisation included

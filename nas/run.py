@@ -1,5 +1,6 @@
-"""A whole search run: prepare the run directory, build task / space / cost model, run the strategy, score the
-front on the test split, finalise the chosen archs, evaluate baselines, write candidates.csv and the report.
+"""A whole search run: prepare the run directory, build task / space / cost model (`nas.context`), run the
+strategy, score the front on the test split, finalise the chosen archs, evaluate baselines, write candidates.csv
+and the report.
 
 Resuming is the same call with `resume=True`: every phase skips what its checkpoint or journal says is done.
 
@@ -13,19 +14,17 @@ import json
 import logging
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from hw_cost import CostModel, load_cost_model
 from hw_cost.lut import LutCostModel
-from search_spaces import SearchSpace, arch_key, build_space
-from tasks import build_task
+from search_spaces import arch_key
 
-from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .baseline_workers import BaselineWorkers
-from .distributed import Distributed, current, start
+from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
+from .context import SearchContext, build_context, resolve_device
+from .distributed import Distributed, start
 from .errors import RunDirError
 from .evaluation import CachedEvaluator
 from .finalize import finalize
@@ -34,35 +33,11 @@ from .pareto import pareto_mask
 from .probe import score_probe
 from .report import build_report, candidate_columns, candidate_rows, read_stage_times, write_csv
 from .rundir import RunDir, atomic_write_text
-from .runtime import ThreadGovernor
 from .strategies import STRATEGIES, SearchStrategy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SearchContext", "run_search", "prepare_run", "build_context", "build_task_and_space", "resolve_device"]
-
-
-@dataclass
-class SearchContext:
-    """What a strategy works with: `device` is where models train and run, `dist` the run's processes."""
-
-    config: RunConfig
-    run_dir: RunDir
-    task: object
-    space: SearchSpace
-    cost_model: CostModel
-    progress: bool = True
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    dist: Distributed = field(default_factory=Distributed)
-
-
-def resolve_device(device: str) -> str:
-    """The config's `device` as a run uses it: "auto" is "cuda" when torch finds a CUDA device, else "cpu"."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("device: cuda, but torch finds no CUDA device here (set device: cpu or auto)")
-    return device
+__all__ = ["run_search", "prepare_run", "StageClock", "write_results"]
 
 
 def _probe_threads() -> int:
@@ -136,27 +111,6 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
     config.device = resolve_device(config.device)
     start(config.device).barrier()  # every process has checked the directory before rank 0 creates it
     return config, run_dir
-
-
-def build_task_and_space(config: RunConfig):
-    """The config's task, and its search space shaped by the task's data (input shape, outputs)."""
-    task = build_task(config.task, seed=config.seed)
-    return task, build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs)
-
-
-def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
-    """The run's task, space and cost model, on the config's device (the CPU where CUDA is missing: a finished
-    run's config read back elsewhere, e.g. to export), among the processes of `nas.distributed.current()`."""
-    torch.set_num_threads(config.threads)
-    ThreadGovernor.enabled = config.adapt_threads
-    task, space = build_task_and_space(config)
-    cost_model = load_cost_model(config.cost.model, **config.cost.options())
-    if isinstance(cost_model, LutCostModel):
-        load_run_correction(cost_model, run_dir)  # the run's latencies came from the corrected table
-    dist = current()
-    cuda = config.device in ("cuda", "auto") and torch.cuda.is_available()
-    device = torch.device("cuda", dist.local_rank) if cuda else torch.device("cpu")
-    return SearchContext(config, run_dir, task, space, cost_model, progress and dist.is_main, device, dist)
 
 
 class StageClock:
