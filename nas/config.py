@@ -1,7 +1,7 @@
 """Run configs: YAML files mapped onto the dataclasses of the components they configure.
 
 Sections with a `type` (task, space) are checked against the dataclass registered for that name; `search` holds
-a sub-section per registered strategy (`nas.strategies.STRATEGIES`, `SearchConfig`); the others are fixed
+a sub-section per registered strategy (`nas.strategies.base.STRATEGIES`, `SearchConfig`); the others are fixed
 dataclasses. Unknown keys, wrong types and missing files fail with one line naming the key. Relative paths (data
 roots, latency tables) are resolved against the config file's folder.
 """
@@ -16,15 +16,18 @@ from typing import Any, Optional
 import yaml
 
 from .errors import ConfigError
-from .finalize import FinalizeConfig
-from .strategies import STRATEGIES, SearchConfig
-from .supernet_training import TrainConfig
+from .strategies.base import STRATEGIES, SearchConfig
+from .training.finalize import FinalizeConfig
+from .training.supernet_training import TrainConfig
 
 __all__ = ["ConfigError", "RunConfig", "CostConfig", "ProbeConfig", "load_config", "config_to_yaml", "first_difference",
-           "supernet_source", "RUN_DEVICES"]
+           "supernet_source", "RUN_DEVICES", "NPU_GENERATIONS"]
 
 #: values of the top-level `device` key
 RUN_DEVICES = ("auto", "cpu", "cuda")
+
+#: the NPU generations a run's archs and network baselines are costed on, by VPUNN
+NPU_GENERATIONS = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
 
 
 @dataclass
@@ -38,7 +41,7 @@ class CostConfig:
         measure_missing: measure blocks missing from a LUT on this machine instead of failing.
         correct: a LUT is checked at the run's start against `correction_archs` whole networks measured here
             (seconds) and corrected to them when its error exceeds 10 % ("auto"); "always" corrects it whatever its
-            error, "never" uses it as measured, unchecked (`nas.lut_validation.correct_for_this_machine`).
+            error, "never" uses it as measured, unchecked (`nas.latency.lut_validation.correct_for_this_machine`).
         correction_archs: networks measured for that check (the largest, the smallest, random ones).
     """
 
@@ -74,7 +77,7 @@ class CostConfig:
 
 @dataclass
 class ProbeConfig:
-    """The probe set that rates the supernet's ranking (`nas.probe`).
+    """The probe set that rates the supernet's ranking (`nas.ranking.probe`).
 
     Args:
         archs: archs of the probe set (0: no probe set).
@@ -121,7 +124,7 @@ def _task_configs() -> dict[str, type]:
 
 
 def _search_config(raw: Any):
-    """The `search` section: `strategy`, one sub-section per registered strategy (`nas.strategies.STRATEGIES`),
+    """The `search` section: `strategy`, one sub-section per registered strategy (`nas.strategies.base.STRATEGIES`),
     `finalize` (see `SearchConfig`)."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
@@ -156,12 +159,12 @@ class RunConfig:
         device: where supernet training, evaluation, finalisation and the baselines run: "cpu", "cuda", or "auto"
             (CUDA when torch finds a device; resolved when the run starts and recorded in its config.yaml).
         baseline_workers: processes that train the cached baselines (reference, zoo) beside the search from the
-            run's start, sharing a GPU that small nets leave idle (`nas.baseline_workers`); 0 = none: they train
+            run's start, sharing a GPU that small nets leave idle (`nas.baselines.workers`); 0 = none: they train
             one after another after finalisation (on a CPU the search needs its cores).
         supernet_from: the folder of a run whose trained supernet this run takes instead of training its own
             (OFA's "train once, search many"): its task, space, train section and seed must be this run's
             (`supernet_source`); None = train one.
-        probe: the probe set that rates the supernet's ranking against archs trained alone (`nas.probe`).
+        probe: the probe set that rates the supernet's ranking against archs trained alone (`nas.ranking.probe`).
     """
 
     name: str

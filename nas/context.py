@@ -14,7 +14,7 @@ from tasks import build_task
 
 from .config import ConfigError, RunConfig
 from .distributed import Distributed, current
-from .lut_validation import load_run_correction
+from .latency.lut_validation import load_run_correction
 from .rundir import RunDir
 from .runtime import ThreadGovernor
 

@@ -7,6 +7,9 @@ Resuming is the same call with `resume=True`: every phase skips what its checkpo
 Started by torchrun (`nas.distributed`), the processes train the supernet together and share the evolution's
 and the test split's evaluations; rank 0 alone writes the run directory, and finalises and scores the baselines
 while the others wait for its rows.
+
+`probe_run` is `vpunas probe`'s run: the probe set of a finished run (`nas.ranking.probe`) scored on its supernet,
+and its report rebuilt.
 """
 from __future__ import annotations
 
@@ -15,29 +18,31 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Sequence
 
 import torch
 
 from hw_cost.lut import LutCostModel
 from search_spaces import arch_key
 
-from .baseline_workers import BaselineWorkers
+from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
 from .distributed import Distributed, start
 from .errors import RunDirError
-from .evaluation import CachedEvaluator
-from .finalize import finalize
-from .lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
+from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
-from .probe import score_probe
-from .report import build_report, candidate_columns, candidate_rows, read_stage_times, write_csv
-from .rundir import RunDir, atomic_write_text
-from .strategies import STRATEGIES, SearchStrategy
+from .ranking.probe import score_probe
+from .reporting.report import build_report, candidate_columns, candidate_rows, read_stage_times
+from .rundir import RunDir, atomic_write_text, write_csv
+from .strategies.base import STRATEGIES, SearchStrategy
+from .training.evaluation import ArchEvaluator, CachedEvaluator
+from .training.finalize import finalize
+from .training.supernet_training import load_trained_supernet
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["run_search", "prepare_run", "StageClock", "write_results"]
+__all__ = ["run_search", "prepare_run", "probe_run", "StageClock", "write_results"]
 
 
 def _probe_threads() -> int:
@@ -161,7 +166,7 @@ def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[st
 
 
 def _start_strategy(ctx: SearchContext) -> SearchStrategy:
-    """The config's strategy (`nas.strategies.STRATEGIES`) with the state it recorded in an earlier session of
+    """The config's strategy (`nas.strategies.base.STRATEGIES`) with the state it recorded in an earlier session of
     the run (RUN_DIR/checkpoint/strategy.json); after each generation, rank 0 writes candidates.csv and that
     state."""
     cls = STRATEGIES[ctx.config.search.strategy]
@@ -186,7 +191,7 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
 def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
     """Run (or resume) the whole search; returns the candidate rows written to candidates.csv (in every process
     of a torchrun launch)."""
-    from .baselines import check_baselines
+    from .baselines.scoring import check_baselines
 
     ctx = build_context(config, run_dir, progress)
     dist = ctx.dist
@@ -255,7 +260,7 @@ def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dic
 def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
             started: float, workers: BaselineWorkers) -> list[dict]:
     """Rank 0's part after the search: candidates.csv, finalisation, measurements, baselines, the report."""
-    from .baselines import evaluate_baselines
+    from .baselines.scoring import evaluate_baselines
 
     run_dir = ctx.run_dir
     write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
@@ -276,3 +281,24 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
                 len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
     return rows
+
+
+def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict[str, dict]:
+    """`vpunas probe`: the probe set of a run with a trained supernet, trained where the cache lacks it and scored
+    on the run's supernet; probe.csv written, report.html rebuilt when the run has finished. `overrides`
+    (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""
+    if not run_dir.exists():
+        raise FileNotFoundError(f"{run_dir.path} holds no run (no config.yaml)")
+    wrong = [o for o in overrides if not o.startswith("probe.")]
+    if wrong:
+        raise ConfigError(f"{wrong[0]}: vpunas probe changes the probe set only (probe.archs=N, probe.epochs=E)")
+    config = load_config(run_dir.config, list(overrides))
+    if config.probe.archs == 0:
+        raise ConfigError("probe.archs: 0 means no probe set; give probe.archs=N (N >= 2)")
+    ctx = build_context(config, run_dir, progress)
+    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train).to(ctx.device)
+    evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, config.train.channels_last)
+    stats = score_probe(ctx, evaluator, train=True)
+    if run_dir.candidates.exists():
+        build_report(run_dir, space=ctx.space)
+    return stats

@@ -6,6 +6,8 @@ flush and fsync, so a run killed at any point leaves either the previous complet
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import os
@@ -13,7 +15,7 @@ import shutil
 import pickle
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -22,7 +24,7 @@ from .errors import RunDirError
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunDir", "EvaluationJournal", "atomic_write_text", "atomic_write_bytes", "atomic_torch_save",
-           "atomic_copy", "load_checkpoint"]
+           "atomic_copy", "load_checkpoint", "write_csv", "read_csv"]
 
 
 def _atomic_replace(path: Path, write) -> None:
@@ -71,6 +73,20 @@ def load_checkpoint(path: Path, mmap: bool = False) -> Any:
             raise
         raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it to "
                           "redo that stage, or start a new run with --out") from None
+
+
+def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
+    """A results table of a run (candidates.csv, baselines.csv, probe.csv), written atomically."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 class EvaluationJournal:
@@ -122,7 +138,7 @@ class RunDir:
     pareto_png = property(lambda self: self.path / "pareto.png")
     report_html = property(lambda self: self.path / "report.html")
     stage_times = property(lambda self: self.path / "stage_times.json")
-    #: the probe set's inherited and standalone scores (`nas.probe`)
+    #: the probe set's inherited and standalone scores (`nas.ranking.probe`)
     probe = property(lambda self: self.path / "probe.csv")
     checkpoint_dir = property(lambda self: self.path / "checkpoint")
     models_dir = property(lambda self: self.path / "models")
@@ -130,7 +146,7 @@ class RunDir:
     journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "evaluations.jsonl"))
     baseline_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "baselines.jsonl"))
     test_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "test_metrics.jsonl"))
-    #: the search strategy's `state_dict()` (JSON; `nas.strategies.SearchStrategy.persists_state`)
+    #: the search strategy's `state_dict()` (JSON; `nas.strategies.base.SearchStrategy.persists_state`)
     strategy_state = property(lambda self: self.checkpoint_dir / "strategy.json")
     log = property(lambda self: self.path / "run.log")
 

@@ -22,7 +22,7 @@ import torch
 from nas.config import load_config
 from nas.runtime import ThreadGovernor, keep_freed_memory
 from nas.context import build_task_and_space
-from nas.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer
 
 
 class _Enough(Exception):

@@ -21,9 +21,9 @@ import torch
 from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.runtime import keep_freed_memory
-from nas.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
+from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
 from nas.context import build_task_and_space
-from nas.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer
 
 
 def cpu_time(fn) -> float:

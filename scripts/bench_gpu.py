@@ -24,13 +24,13 @@ from pathlib import Path
 
 import torch
 
-from nas.baselines import FixedNetwork, StandaloneTrainer
+from nas.baselines.scoring import FixedNetwork, StandaloneTrainer
 from nas.config import load_config
-from nas.finalize import LockstepTrainer
+from nas.training.finalize import LockstepTrainer
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.supernet_training import SupernetTrainer
-from nas.zoo import zoo_network
+from nas.training.supernet_training import SupernetTrainer
+from nas.baselines.zoo import zoo_network
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -29,12 +29,12 @@ import torch
 from hw_cost import load_cost_model
 from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 from nas.config import load_config
-from nas.export import deployable_model
-from nas.report import fidelity_of, read_csv
-from nas.rundir import RunDir
+from nas.export.models import deployable_model
+from nas.reporting.report import fidelity_of
+from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
 from nas.context import build_context, build_task_and_space
-from nas.supernet_training import load_trained_supernet
+from nas.training.supernet_training import load_trained_supernet
 
 
 def _reference(text: str) -> tuple[str, float, float, float]:

@@ -25,10 +25,10 @@ import torch.multiprocessing as mp
 from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.distributed import Distributed
-from nas.evaluation import ArchEvaluator
+from nas.training.evaluation import ArchEvaluator
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer
 
 
 def _batches(task):

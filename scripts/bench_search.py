@@ -32,8 +32,7 @@ import numpy as np
 
 from nas.config import load_config
 from nas.pareto import pareto_mask
-from nas.report import read_csv
-from nas.rundir import RunDir, atomic_write_text
+from nas.rundir import RunDir, atomic_write_text, read_csv
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("search", "uniform", "binned")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from nas.config import load_config
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.supernet_training import to_channels_last
+from nas.training.supernet_training import to_channels_last
 
 
 def step_time(model, x, y, optimizer) -> float:

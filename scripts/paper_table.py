@@ -2,24 +2,24 @@
 
     .venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]
 
-For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch (the
-finalised archs, when the run has any) at least as good on the test split and its fps ratio
-(`nas.report.baseline_matches`, the report's headline; PSNR runs also get the PSNR ratio), on the run's own cost
-model; then, for the baselines trained from scratch (`standalone`, `reference`, `zoo`), the same on every NPU
+For each baseline of each run (baselines.csv) prints, as a markdown table, the fastest searched arch (the finalised
+archs, when the run has any) at least as good on the test split and its fps ratio
+(`nas.reporting.report.baseline_matches`, the report's headline; PSNR runs also get the PSNR ratio), on the run's own
+cost model; then, for the baselines trained from scratch (`standalone`, `reference`, `zoo`), the same on every NPU
 generation (VPU 2.0 / 2.7 / 4.0 / NPU 5.0 by VPUNN) with the best arch at most as slow and its gain
-(`nas.report.generation_matches`); then one sentence in the papers' form ("1.3x fps over MobileNetV2-1.4 and 2.2x
-over ResNet50-style at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our numbers
-(`nas.report.paper_sentence`: like with like only, never a subnet on inherited weights).
+(`nas.reporting.report.generation_matches`); then one sentence in the papers' form ("1.3x fps over MobileNetV2-1.4 and
+2.2x over ResNet50-style at equal accuracy; 1.08x PSNR and 6x fps over EDSR") with our numbers
+(`nas.reporting.report.paper_sentence`: like with like only, never a subnet on inherited weights).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from nas.report import baseline_matches, generation_lines, generation_matches, metric_of, paper_sentence, read_csv
-from nas.device_fronts import NPU_GENERATIONS
-from nas.report_page import load_run, training_note
-from nas.rundir import RunDir
+from nas.reporting.report import baseline_matches, generation_lines, generation_matches, metric_of, paper_sentence
+from nas.config import NPU_GENERATIONS
+from nas.reporting.report_page import load_run, training_note
+from nas.rundir import RunDir, read_csv
 
 UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
 

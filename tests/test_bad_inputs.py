@@ -106,7 +106,7 @@ def _damage(what: str) -> Callable[[Path, RunDir | None], list[str]]:
 
 def _int8_beyond_bound(d: Path, run: RunDir) -> list[str]:
     """INT8 export of the finalised arch that loses most top-1 in INT8, allowed half of that loss."""
-    from nas.report import read_csv
+    from nas.rundir import read_csv
 
     drop, arch_id = max((float(r["final_test_top1"]) - float(r["final_int8_test_top1"]), r["id"])
                         for r in read_csv(run.candidates) if r["final_top1"] != "")

@@ -1,11 +1,11 @@
-"""Fixed-network training steps replayed as CUDA graphs (nas.captured_step): refused where they cannot run, and on a
-GPU equal to the eager step, following the schedule's learning rate and the per-step dropout seed. The CPU path's
+"""Fixed-network training steps replayed as CUDA graphs (nas.training.captured_step): refused where they cannot run, and
+on a GPU equal to the eager step, following the schedule's learning rate and the per-step dropout seed. The CPU path's
 results are pinned bit for bit by the smoke runs' golden candidates (conftest.assert_candidates_unchanged)."""
 import pytest
 import torch
 import torch.nn as nn
 
-from nas.captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
+from nas.training.captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU (run on the lent H200)")
 

@@ -1,10 +1,11 @@
-"""`nas.device_fronts`: a run's front on several devices (ranking agreement, fastest arch per quality level)."""
+"""`nas.reporting.device_fronts`: a run's front on several devices (ranking agreement, fastest arch per quality
+level)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from nas.device_fronts import DeviceTable
+from nas.reporting.device_fronts import DeviceTable
 
 
 def _table(latency_x, latency_y, quality=(90.0, 91.0, 92.0)) -> DeviceTable:

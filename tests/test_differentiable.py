@@ -10,11 +10,10 @@ from conftest import CONFIGS
 from hw_cost import load_cost_model
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.differentiable import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, DifferentiableSearch, ExpectedLatency,
-                                build_relaxed, latency_loss)
-from nas.report import read_csv
-from nas.rundir import RunDir
-from nas.search import SearchContext, build_task_and_space
+from nas.strategies.differentiable import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, DifferentiableSearch,
+                                           ExpectedLatency, build_relaxed, latency_loss)
+from nas.rundir import RunDir, read_csv
+from nas.context import SearchContext, build_task_and_space
 from nas.strategies import DifferentiableSearchStrategy
 from search_spaces import build_space
 

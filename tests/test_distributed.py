@@ -20,11 +20,10 @@ from conftest import REPO, SMOKE
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.distributed import Distributed
-from nas.evaluation import CachedEvaluator
-from nas.report import read_csv
-from nas.rundir import EvaluationJournal, RunDir
+from nas.training.evaluation import CachedEvaluator
+from nas.rundir import EvaluationJournal, RunDir, read_csv
 from nas.context import resolve_device
-from nas.supernet_training import batch_share_layers
+from nas.training.supernet_training import batch_share_layers
 from search_spaces.elastic import ElasticBatchNorm2d
 
 #: top-1 points (eval_images=200: one image is 0.5) by which a supernet trained from scratch by two processes may

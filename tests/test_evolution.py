@@ -3,8 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from nas.evaluation import CachedEvaluator
-from nas.evolution import EvolutionConfig, EvolutionStrategy
+from nas.training.evaluation import CachedEvaluator
+from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
 from nas.rundir import EvaluationJournal
 from search_spaces import arch_key
 from test_mobilenet_space import small_space

@@ -12,11 +12,11 @@ from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
-from nas.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records,
+from nas.training.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records,
                           planned_seconds, ranking_fidelity, select_spread)
-from nas.report import headline, read_csv
-from nas.rundir import RunDir
-from nas.supernet_training import TrainConfig
+from nas.reporting.report import headline
+from nas.rundir import RunDir, read_csv
+from nas.training.supernet_training import TrainConfig
 
 
 def _records(points):
@@ -388,7 +388,7 @@ def test_export_uses_the_finalised_weights(smoke_run, tmp_path):
 def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path, monkeypatch, caplog):
     """A copy of the finished run loses its finalisation (screening included), is interrupted after the screening
     in the middle of the chosen archs' training, then resumed."""
-    import nas.finalize as finalize_module
+    import nas.training.finalize as finalize_module
 
     run = RunDir(tmp_path / "run")
     shutil.copytree(smoke_run.path, run.path)
@@ -412,7 +412,7 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     assert not (run.checkpoint_dir / "finalized.jsonl").exists()
     assert len((run.checkpoint_dir / "screened.jsonl").read_text().splitlines()) == 5
     monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", original)
-    with caplog.at_level("INFO", logger="nas.finalize"):
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "resumed finalisation at step 8 of 16" in caplog.text and "screening" not in caplog.text
     assert run.candidates.read_text() == smoke_run.candidates.read_text()
@@ -442,7 +442,7 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
                  "search.finalize.max_archs=5", "search.finalize.max_epochs=2", "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     args = ["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]
-    with caplog.at_level("INFO", logger="nas.finalize"):
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(args) == 0
     assert "5 archs, a lockstep step takes" in caplog.text and "-> 2 epochs (configured: 1;" in caplog.text
     assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 32  # twice the smoke's 16 steps
@@ -450,7 +450,7 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
     assert len(final) == 5
     assert {r["final_epochs"] for r in read_csv(run.candidates) if r["id"] in final} == {"2.0"}
     caplog.clear()
-    with caplog.at_level("INFO", logger="nas.finalize"):
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(args) == 0
     assert "run budget" not in caplog.text and "finalised 5 archs" in caplog.text
     assert {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""} == final
@@ -461,7 +461,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
     overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
-    with caplog.at_level("INFO", logger="nas.finalize"):
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "run budget 0.01 min" in caplog.text and "-> 0.5 epochs (configured: 1;" in caplog.text
     assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 8  # half of the smoke's 16 steps
@@ -473,7 +473,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
     """The better of the trained net and the inherited subnet on the whole val split is kept (and its test scores
     reported)."""
-    from nas.finalize import _better_of
+    from nas.training.finalize import _better_of
 
     class Task:
         metric = "top1"

@@ -8,8 +8,7 @@ from conftest import CONFIGS
 from hw_cost import extract_layers, load_cost_model
 from nas.cli import main
 from nas.config import load_config
-from nas.report import read_csv
-from nas.rundir import RunDir
+from nas.rundir import RunDir, read_csv
 from search_spaces import build_space
 
 IMAGENET = CONFIGS / "imagenet_mobilenet.yaml"

@@ -19,10 +19,9 @@ from nas import lut_validation
 from nas.cli import main
 from nas.config import load_config
 from nas.errors import RunDirError
-from nas.lut_validation import (CORRECTION_FILE, agreement, correct_for_this_machine, load_run_correction,
+from nas.latency.lut_validation import (CORRECTION_FILE, agreement, correct_for_this_machine, load_run_correction,
                                 measured_latencies)
-from nas.report import read_csv
-from nas.rundir import RunDir
+from nas.rundir import RunDir, read_csv
 from nas.context import build_task_and_space
 from search_spaces import arch_key
 

@@ -1,4 +1,4 @@
-"""nas.nni_compat: NNI's one-shot strategies with a cost penalty that reaches the architecture weights."""
+"""nas.strategies.nni_compat: NNI's one-shot strategies with a cost penalty that reaches the architecture weights."""
 import logging
 
 import nni

@@ -1,5 +1,5 @@
-"""The probe set (`nas.probe`): archs spread over the space, trained alone once (cached), that rate how well a run's
-supernet ranks archs; `vpunas probe`, and a run that writes probe.csv itself when the cache holds the set."""
+"""The probe set (`nas.ranking.probe`): archs spread over the space, trained alone once (cached), that rate how well a
+run's supernet ranks archs; `vpunas probe`, and a run that writes probe.csv itself when the cache holds the set."""
 import logging
 import shutil
 
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import SMOKE
 from nas.cli import main
-from nas.probe import probe_archs, ranking_stats
+from nas.ranking.probe import probe_archs, ranking_stats
 from nas.rundir import RunDir
 from search_spaces import arch_key
 
@@ -22,7 +22,7 @@ def space():
 
 
 def test_probe_archs_span_the_space_from_smallest_to_largest(space):
-    from nas.evaluation import complexity
+    from nas.training.evaluation import complexity
 
     macs = lambda arch: float(complexity(space.blocks(arch))[1])  # noqa: E731
     archs = probe_archs(space, macs, 9, seed=0)
@@ -81,7 +81,7 @@ def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
     # a second call trains nothing; a lost entry is trained again, alone
     lost = sorted(trained)[1]
     (run.path.parent / "cache" / lost).unlink()
-    caplog.set_level(logging.INFO, logger="nas.baselines")
+    caplog.set_level(logging.INFO, logger="nas.baselines.scoring")
     assert main(["probe", str(run.path), "probe.archs=5", "--no-progress"]) == 0
     again = _cache_files(run)
     assert set(again) == set(trained)
@@ -93,10 +93,10 @@ def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
 def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     """What a search run does at its end: probe.csv only when every probe arch is cached."""
     from nas.config import load_config
-    from nas.evaluation import ArchEvaluator
-    from nas.probe import score_probe
+    from nas.training.evaluation import ArchEvaluator
+    from nas.ranking.probe import score_probe
     from nas.context import build_context
-    from nas.supernet_training import load_trained_supernet
+    from nas.training.supernet_training import load_trained_supernet
 
     run = probed_run
     ctx = build_context(load_config(run.config, ["probe.archs=2"]), run, progress=False)
@@ -121,7 +121,7 @@ def test_probe_refuses_other_overrides_and_missing_runs(tmp_path, smoke_run, cap
 def test_accuracy_predictor_ranks_held_out_archs_of_a_toy_set(space):
     """A toy set whose true metric is a smooth function of size and encoding, seen through a noisy 'inherited'
     score: the predictor's held-out ranking beats the noisy score's."""
-    from nas.accuracy_predictor import AccuracyPredictor, arch_features, held_out_predictions
+    from nas.ranking.accuracy_predictor import AccuracyPredictor, arch_features, held_out_predictions
 
     rng = np.random.default_rng(0)
     archs = space.spread_sample(20, rng)

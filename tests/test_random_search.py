@@ -9,7 +9,7 @@ import pytest
 
 from conftest import CONFIGS, REPO, SMOKE
 from nas.cli import main
-from nas.random_search import RandomConfig, sample_archs
+from nas.strategies.random_search import RandomConfig, sample_archs
 from nas.rundir import RunDir
 from search_spaces import arch_key
 
@@ -29,7 +29,7 @@ def space():
 
 
 def _macs(space):
-    from nas.evaluation import complexity
+    from nas.training.evaluation import complexity
 
     return lambda arch: float(complexity(space.blocks(arch))[1])
 

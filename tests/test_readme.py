@@ -18,7 +18,7 @@ import yaml
 from conftest import CONFIGS, REPO, SMOKE, VPUNN_VECTORS
 from nas.cli import main
 from nas.config import load_config
-from nas.report import read_csv
+from nas.rundir import read_csv
 
 DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 #: shrink a classification search to seconds: a sliver of the data, one short generation, two finalised archs

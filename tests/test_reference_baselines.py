@@ -17,14 +17,14 @@ import torch
 import torch.nn as nn
 
 from conftest import REPO, SMOKE
-from nas.baseline_cache import CACHE_ENV, BaselineCache, cache_dir
+from nas.baselines.cache import CACHE_ENV, BaselineCache, cache_dir
 from nas.baselines import BASELINE_TYPES
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.evaluation import complexity
-from nas.reference_networks import reference_block, reference_network
-from nas.report import read_csv, reference_label
-from nas.rundir import RunDir
+from nas.training.evaluation import complexity
+from nas.baselines.reference_networks import reference_block, reference_network
+from nas.reporting.report import reference_label
+from nas.rundir import RunDir, read_csv
 from nas.context import build_context
 
 #: a smoke search cut to a sliver: a few supernet steps, one generation, no finalisation, VPUNN latencies

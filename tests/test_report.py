@@ -9,10 +9,9 @@ import sys
 import pytest
 
 from conftest import REPO
-from nas.arch_picture import arch_summary, arch_svg
+from nas.reporting.arch_picture import arch_summary, arch_svg
 from nas.cli import main
-from nas.report import read_csv
-from nas.rundir import RunDir
+from nas.rundir import RunDir, read_csv
 from nas.run import StageClock
 
 
@@ -174,7 +173,7 @@ def test_arch_of_another_family_is_its_json():
 def test_papers_sentence_names_reference_baselines_by_network():
     """Reference baselines are found by their network, whatever their names; the subnet baseline stays out of the
     sentence while references exist."""
-    from nas.report import baseline_matches, paper_sentence, reference_label
+    from nas.reporting.report import baseline_matches, paper_sentence, reference_label
 
     rows = [{"id": "4", "latency_ms": "1.0", "test_top1": "92.0"}, {"id": "7", "latency_ms": "2.0", "test_top1": "93"}]
     base = [{"name": "largest", "test_top1": "91", "latency_ms": "3", "arch": '{"depth":[1]}'},

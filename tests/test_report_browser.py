@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 from playwright.sync_api import sync_playwright
 
-from nas.report import read_csv
+from nas.rundir import read_csv
 
 
 @pytest.fixture(scope="module")

@@ -184,8 +184,7 @@ def test_smoke_search_end_to_end(tmp_path):
     """The ResNet smoke config through `vpunas search`: a front, VPUNN latencies, both baselines."""
     from conftest import CONFIGS, assert_candidates_unchanged
     from nas.cli import main
-    from nas.report import read_csv
-    from nas.rundir import RunDir
+    from nas.rundir import RunDir, read_csv
 
     out = tmp_path / "resnet_smoke"
     assert main(["search", str(CONFIGS / "fmnist_resnet_smoke.yaml"), "--out", str(out), "--no-progress"]) == 0

@@ -13,8 +13,7 @@ import pytest
 from conftest import CONFIGS, REPO, SMOKE
 from nas.cli import main
 from nas.pareto import pareto_mask
-from nas.report import read_csv
-from nas.rundir import RunDir
+from nas.rundir import RunDir, read_csv
 
 
 def test_run_directory_contents(smoke_run):

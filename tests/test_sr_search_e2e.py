@@ -7,12 +7,11 @@ import pytest
 import torch
 
 from conftest import CONFIGS
-from nas.baselines import BASELINE_TYPES, StandaloneTrainer, FixedNetwork
+from nas.baselines.scoring import BASELINE_TYPES, FixedNetwork, StandaloneTrainer
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.pareto import pareto_mask
-from nas.report import read_csv
-from nas.rundir import RunDir
+from nas.rundir import RunDir, read_csv
 from nas.context import build_context, build_task_and_space
 
 SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")

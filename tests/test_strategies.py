@@ -12,9 +12,9 @@ import yaml
 
 from conftest import SMOKE
 from nas.config import ConfigError, config_to_yaml, load_config
-from nas.differentiable import DifferentiableConfig
+from nas.strategies.differentiable import DifferentiableConfig
 from nas.errors import RunDirError
-from nas.evolution import EvolutionConfig
+from nas.strategies.evolution import EvolutionConfig
 from nas.rundir import RunDir
 from nas.context import SearchContext
 from nas.strategies import (STRATEGIES, DifferentiableSearchStrategy, EvolutionSearch, SearchConfig, SearchStrategy,
@@ -82,7 +82,7 @@ def test_a_registered_strategy_is_a_choice_of_the_config(local_search, tmp_path)
 def test_what_a_strategy_declares_decides_finalisation_sandwich_and_scale_out(local_search, tmp_path):
     """A strategy's class attributes, not its name, decide: where finalisation picks its archs, whether the
     sandwich settings apply, whether torchrun may run it."""
-    from nas.finalize import feasible_records
+    from nas.training.finalize import feasible_records
 
     records = [{"id": i, "arch": {}, "top1": 80 + i, "latency_ms": i + 1.0} for i in range(3)]
     limited = ["search.evolution.latency_limit_ms=2", "search.evolution.extra_objectives=[macs]"]
@@ -144,10 +144,10 @@ class _ToyEvaluator:
 def toy_evolution(monkeypatch):
     """`make(run_dir, on_generation, generations)`: an `EvolutionSearch` of the toy problem of test_evolution,
     journaled in `run_dir`."""
-    import nas.strategies
+    import nas.strategies.base
 
-    monkeypatch.setattr(nas.strategies, "train_supernet", lambda ctx: SimpleNamespace(trained_model=None))
-    monkeypatch.setattr(nas.strategies, "ArchEvaluator", _ToyEvaluator)
+    monkeypatch.setattr(nas.strategies.base, "train_supernet", lambda ctx: SimpleNamespace(trained_model=None))
+    monkeypatch.setattr(nas.strategies.base, "ArchEvaluator", _ToyEvaluator)
 
     def make(run_dir: RunDir, on_generation=None, generations: int = 4) -> EvolutionSearch:
         config = SimpleNamespace(seed=0, train=SimpleNamespace(channels_last=False),

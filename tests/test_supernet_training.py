@@ -6,7 +6,7 @@ import pytest
 from conftest import SMOKE
 from nas.config import load_config
 from nas.context import build_task_and_space
-from nas.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer
 
 
 def _trainer(tmp_path, epochs: float) -> SupernetTrainer:

@@ -11,15 +11,15 @@ import torch
 import torch.nn as nn
 
 from conftest import CONFIGS, SMOKE
-from nas.baseline_cache import CACHE_ENV
+from nas.baselines.cache import CACHE_ENV
 from nas.baselines import BASELINE_TYPES, matched_epochs
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.reference_networks import reference_network
-from nas.report import generation_matches, read_csv
-from nas.rundir import RunDir
+from nas.baselines.reference_networks import reference_network
+from nas.reporting.report import generation_matches
+from nas.rundir import RunDir, read_csv
 from nas.context import build_context
-from nas.zoo import ZooError, describe_zoo, zoo_block, zoo_network
+from nas.baselines.zoo import ZooError, describe_zoo, zoo_block, zoo_network
 
 #: a smoke search cut to a sliver (see test_reference_baselines), the finalisation included
 TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",

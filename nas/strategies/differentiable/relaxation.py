@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from hw_cost import Block, CostModel
 from search_spaces import Choice, SearchSpace, Supernet
 
-from ..errors import ConfigError
+from ...errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

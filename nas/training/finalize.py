@@ -56,11 +56,11 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
+from ..errors import ConfigError, RunDirError
+from ..rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
+from ..runtime import StopRequests, ThreadGovernor, check_finite
 from .captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
-from .errors import ConfigError, RunDirError
-from .rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
-from .runtime import StopRequests, ThreadGovernor, check_finite
 from .supernet_training import (TrainConfig, log_session_steps, modules_swapped, recalibrate_batchnorm,
                                 to_channels_last)
 
@@ -89,7 +89,7 @@ class FinalizeConfig:
         warmup_epochs: linear warm-up from 1% of `lr`.
         kd_ratio: weight of the distillation loss from the supernet's largest arch, added to the task loss
             (0 = task loss only, no teacher).
-        int8: also score each finalised arch quantized to INT8 (`nas.quantize`): `final_int8_test_<metric>`.
+        int8: also score each finalised arch quantized to INT8 (`nas.export.quantize`): `final_int8_test_<metric>`.
         run_budget_minutes: the run's wall time (all its sessions) by which finalisation should have ended, its
             scoring included: finalisation then times a few of its training steps and trains each arch for the
             epochs that fit in what is left (never under half of `epochs`, see `budgeted_epochs`); 0 = no budget.
@@ -600,7 +600,7 @@ def _better_of(task, trained: nn.Module, inherited: nn.Module) -> tuple[nn.Modul
 def _int8_scores(ctx, chosen: Sequence[dict], keys: Sequence[str], evaluator: ArchEvaluator) -> dict[str, float]:
     """Arch key -> test metric of the finalised arch quantized to INT8; journaled, so a restart scores no arch
     twice."""
-    from .quantize import int8_metric
+    from ..export.quantize import int8_metric
 
     journal = EvaluationJournal(ctx.run_dir.checkpoint_dir / "finalized_int8.jsonl")
     scored = {r["key"]: r for r in journal.load()}

@@ -26,7 +26,7 @@ def add_search_parser(sub) -> None:
 
 
 def _search(args: argparse.Namespace) -> int:
-    from .run import prepare_run, run_search
+    from ..run import prepare_run, run_search
 
     config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
     rows = run_search(config, run_dir, progress=not args.no_progress)
@@ -55,9 +55,9 @@ def add_report_parser(sub) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .config import ConfigError
-    from .report import build_comparison, build_report
-    from .rundir import RunDir
+    from ..config import ConfigError
+    from ..reporting.report import build_comparison, build_report
+    from ..rundir import RunDir
 
     run_dirs = [RunDir(path) for path in args.run_dirs]
     for run_dir in run_dirs:
@@ -79,8 +79,8 @@ def _report(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------ export
 def add_export_parser(sub) -> None:
-    from .export import FORMATS, PRECISIONS
-    from .quantize import DEFAULT_MAX_DROP
+    from ..export.models import FORMATS, PRECISIONS
+    from ..export.quantize import DEFAULT_MAX_DROP
 
     p = sub.add_parser("export", help="export one architecture of a run as a deployable model")
     p.add_argument("run_dir")
@@ -96,8 +96,8 @@ def add_export_parser(sub) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .export import export_arch
-    from .rundir import RunDir
+    from ..export.models import export_arch
+    from ..rundir import RunDir
 
     print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
     return 0
@@ -106,10 +106,11 @@ def _export(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ probe
 def add_probe_parser(sub) -> None:
     p = sub.add_parser("probe", help="rate a run's supernet ranking on a probe set of archs trained alone",
-                       description="Train the run's probe set from scratch where the cache lacks it (nas.probe), score "
-                                   "it with the run's inherited weights, write RUN_DIR/probe.csv and print Kendall tau "
-                                   "and Spearman with 95%% bootstrap intervals. key=value arguments change the probe "
-                                   "set (probe.archs=N, probe.epochs=E).")
+                       description="Train the run's probe set from scratch where the cache lacks it "
+                                   "(nas.ranking.probe), score it with the run's inherited weights, write "
+                                   "RUN_DIR/probe.csv and print Kendall tau and Spearman with 95%% bootstrap "
+                                   "intervals. key=value arguments change the probe set (probe.archs=N, "
+                                   "probe.epochs=E).")
     p.add_argument("run_dir")
     p.add_argument("overrides", nargs="*", metavar="probe.key=value", help="probe set overrides")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -117,8 +118,9 @@ def add_probe_parser(sub) -> None:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from .probe import figure_lines, probe_run
-    from .rundir import RunDir
+    from ..ranking.probe import figure_lines
+    from ..run import probe_run
+    from ..rundir import RunDir
 
     run_dir = RunDir(args.run_dir)
     figures = probe_run(run_dir, args.overrides, progress=not args.no_progress)
@@ -164,10 +166,10 @@ def _lut_collect(args: argparse.Namespace) -> int:
     from hw_cost.lut import LatencyTable, collect_latency_table
     from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 
-    from .config import ConfigError, load_config
-    from .lut_validation import validate_table
-    from .rundir import atomic_write_text
-    from .context import build_task_and_space
+    from ..config import ConfigError, load_config
+    from ..context import build_task_and_space
+    from ..latency.lut_validation import validate_table
+    from ..rundir import atomic_write_text
 
     config = load_config(args.config, args.overrides)
     if 0 < args.validate < 4:
@@ -213,10 +215,10 @@ def _lut_validate(args: argparse.Namespace) -> int:
     from hw_cost.lut import LatencyTable
     from search_spaces import build_space
 
-    from .config import ConfigError, load_config, load_space_config
-    from .lut_validation import plot_validation, validate_table
-    from .rundir import atomic_write_text
-    from .context import build_task_and_space
+    from ..config import ConfigError, load_config, load_space_config
+    from ..context import build_task_and_space
+    from ..latency.lut_validation import plot_validation, validate_table
+    from ..rundir import atomic_write_text
 
     if args.archs < 4:
         raise ConfigError("--archs: must be >= 4 (the correction is fitted on some, checked on the others)")

@@ -1,10 +1,10 @@
 """An accuracy predictor fitted on archs trained alone: ranks archs where the supernet's inherited metric does not.
 
 OFA (Cai et al., 2020) ranks archs with an MLP on the arch encoding, fitted on thousands of subnets; a probe set
-(`nas.probe`) gives tens of archs, each trained from scratch. A Gaussian process suits that size: it interpolates
-the few fully trained archs and says how sure it is. Its input is what separates archs of one space: the inherited
-metric (what the supernet says), the arch's size (log MACs, log params) and its encoding (the space's genes scaled
-to [0, 1]); each standardised, one length scale per input (ARD), a white-noise term for the training noise of the
+(`nas.ranking.probe`) gives tens of archs, each trained from scratch. A Gaussian process suits that size: it
+interpolates the few fully trained archs and says how sure it is. Its input is what separates archs of one space: the
+inherited metric (what the supernet says), the arch's size (log MACs, log params) and its encoding (the space's genes
+scaled to [0, 1]); each standardised, one length scale per input (ARD), a white-noise term for the training noise of the
 standalone scores, hyperparameters by marginal likelihood (scikit-learn).
 
 `held_out_predictions` gives each probe arch's prediction from a predictor fitted on the others (leave-one-out):
@@ -22,7 +22,7 @@ __all__ = ["AccuracyPredictor", "arch_features", "held_out_predictions"]
 
 def arch_features(space, arch: dict, inherited: float) -> np.ndarray:
     """The predictor's input of `arch`: inherited metric, log10 MACs, log10 params, genes scaled to [0, 1]."""
-    from .evaluation import complexity
+    from ..training.evaluation import complexity
 
     params, macs = complexity(space.blocks(arch))
     genes = space.encode(arch) / np.maximum(space.gene_upper_bounds(), 1)

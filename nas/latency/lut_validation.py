@@ -18,8 +18,8 @@ from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace
 
-from .errors import RunDirError
-from .rundir import EvaluationJournal, atomic_write_text
+from ..errors import RunDirError
+from ..rundir import EvaluationJournal, atomic_write_text
 
 logger = logging.getLogger(__name__)
 

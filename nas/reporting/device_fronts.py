@@ -21,14 +21,10 @@ import numpy as np
 
 from hw_cost import load_cost_model
 
-from .report import metric_of, read_csv, test_figure
-from .rundir import RunDir
+from ..rundir import RunDir, read_csv
+from .report import metric_of, test_figure
 
-__all__ = ["NPU_GENERATIONS", "DeviceTable", "cost_front_on_devices"]
-
-#: the NPU generations a run's archs and network baselines are costed on, by VPUNN
-NPU_GENERATIONS = ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0")
-
+__all__ = ["DeviceTable", "cost_front_on_devices"]
 
 @dataclass
 class DeviceTable:
@@ -88,8 +84,8 @@ def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str
 
     `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
     caller has them; rebuilding the space loads the task's data."""
-    from .config import load_config
-    from .context import build_task_and_space
+    from ..config import load_config
+    from ..context import build_task_and_space
 
     rows = read_csv(run_dir.candidates) if rows is None else rows
     metric = metric_of(rows)

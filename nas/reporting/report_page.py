@@ -18,12 +18,13 @@ from typing import Sequence
 
 import yaml
 
+from ..config import NPU_GENERATIONS
+from ..pareto import pareto_mask
+from ..rundir import RunDir
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
-from .device_fronts import NPU_GENERATIONS, cost_front_on_devices
-from .pareto import pareto_mask
+from .device_fronts import cost_front_on_devices
 from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
                      metric_of, paper_sentence, read_csv, read_stage_times, test_figure)
-from .rundir import RunDir
 
 logger = logging.getLogger(__name__)
 
@@ -301,10 +302,10 @@ def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
 
 def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
     """Give the rows the end-to-end latency measured on the run's machine (`measured_ms`, blank for archs not
-    measured), if the run measured any (`nas.lut_validation.measured_beside_predicted`); returns the column."""
+    measured), if the run measured any (`nas.latency.lut_validation.measured_beside_predicted`); returns the column."""
     from search_spaces import arch_key
 
-    from .lut_validation import measured_latencies
+    from ..latency.lut_validation import measured_latencies
 
     measured = measured_latencies(run_dir)
     for row in rows:
@@ -379,8 +380,8 @@ def generations_section(view: RunView) -> str:
 
 
 def _correction_note(run_dir: RunDir) -> str:
-    """What the run did with a latency table measured elsewhere (`nas.lut_validation`), if it used a table."""
-    from .lut_validation import read_correction_record
+    """What the run did with a latency table measured elsewhere (`nas.latency.lut_validation`), if it used a table."""
+    from ..latency.lut_validation import read_correction_record
 
     record = read_correction_record(run_dir)
     if record is None:
@@ -472,8 +473,8 @@ def _png(png: bytes, name: str) -> str:
 
 
 def probe_section(run_dir: RunDir, metric: str) -> str:
-    """The supernet's ranking rated on the run's probe set (`nas.probe`), or how to get one."""
-    from .probe import figure_lines, read_probe
+    """The supernet's ranking rated on the run's probe set (`nas.ranking.probe`), or how to get one."""
+    from ..ranking.probe import figure_lines, read_probe
 
     probe = read_probe(run_dir, metric)
     if probe is None:

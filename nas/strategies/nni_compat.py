@@ -6,7 +6,7 @@ weights come out the same for any penalty scale. The strategies here are NNI's, 
 module's `export_probs` keeps the softmax tensors of every `LayerChoice` and `InputChoice`: the penalty (for
 example a `FlopsProfiler` expectation) then back-propagates into their architecture weights.
 
-    from nas.nni_compat import DARTS          # instead of nni.nas.strategy.DARTS
+    from nas.strategies.nni_compat import DARTS          # instead of nni.nas.strategy.DARTS
     strategy = DARTS(penalty={"profiler": profiler, "baseline": 1e6, "scale": 0.5})
 
 Choices inside operations (`nni.choice` widths), `Repeat` depths and `Cell`s keep NNI's float probabilities
@@ -43,21 +43,21 @@ def _with_grad_probs(oneshot_module):
 
 
 class DARTS(_oneshot.DARTS):
-    __doc__ = "NNI's DARTS whose latency / FLOPs penalty has a gradient (see `nas.nni_compat`)."
+    __doc__ = "NNI's DARTS whose latency / FLOPs penalty has a gradient (see `nas.strategies.nni_compat`)."
 
     def configure_oneshot_module(self, training_module):
         return _with_grad_probs(super().configure_oneshot_module(training_module))
 
 
 class GumbelDARTS(_oneshot.GumbelDARTS):
-    __doc__ = "NNI's GumbelDARTS whose latency / FLOPs penalty has a gradient (see `nas.nni_compat`)."
+    __doc__ = "NNI's GumbelDARTS whose latency / FLOPs penalty has a gradient (see `nas.strategies.nni_compat`)."
 
     def configure_oneshot_module(self, training_module):
         return _with_grad_probs(super().configure_oneshot_module(training_module))
 
 
 class Proxyless(_oneshot.Proxyless):
-    __doc__ = "NNI's Proxyless whose latency / FLOPs penalty has a gradient (see `nas.nni_compat`)."
+    __doc__ = "NNI's Proxyless whose latency / FLOPs penalty has a gradient (see `nas.strategies.nni_compat`)."
 
     def configure_oneshot_module(self, training_module):
         return _with_grad_probs(super().configure_oneshot_module(training_module))

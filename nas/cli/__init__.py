@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from .runtime import interrupt_on_sigterm, keep_freed_memory
+from ..runtime import interrupt_on_sigterm, keep_freed_memory
 
 __all__ = ["main", "build_parser"]
 
@@ -26,7 +26,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from search_spaces import ArchError
     from tasks import DataError
 
-    from .errors import ConfigError, QuantizationError, RunDirError, TrainingDiverged
+    from ..errors import ConfigError, QuantizationError, RunDirError, TrainingDiverged
 
     return (ConfigError, RunDirError, TrainingDiverged, QuantizationError, CostModelError, LayerExtractionError,
             DataError, ArchError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     keep_freed_memory()
     interrupt_on_sigterm()
-    from .distributed import Distributed, cleanup
+    from ..distributed import Distributed, cleanup
 
     try:
         main_process = Distributed.from_environment().is_main

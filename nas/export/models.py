@@ -14,14 +14,13 @@ import torch.nn as nn
 
 from hw_cost.openvino_runtime import openvino
 
-from .config import ConfigError, load_config
-from .errors import QuantizationError
-from .evaluation import ArchEvaluator
-from .finalize import load_final_weights
-from .report import read_csv
-from .rundir import RunDir, atomic_write_text
-from .context import build_context
-from .supernet_training import load_trained_supernet
+from ..config import ConfigError, load_config
+from ..context import build_context
+from ..errors import QuantizationError
+from ..rundir import RunDir, atomic_write_text, read_csv
+from ..training.evaluation import ArchEvaluator
+from ..training.finalize import load_final_weights
+from ..training.supernet_training import load_trained_supernet
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def deployable_model(ctx, row: dict, supernet) -> tuple[nn.Module, bool]:
 
 
 def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) -> dict:
-    """Quantize `model` to INT8 (`nas.quantize`), check its task metric against the float model's on the same
+    """Quantize `model` to INT8 (`nas.export.quantize`), check its task metric against the float model's on the same
     images and save it as `path`; returns the INT8 fields of the export's json.
 
     Raises `QuantizationError` when the metric drops by more than `max_drop` (None: `DEFAULT_MAX_DROP`)."""

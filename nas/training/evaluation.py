@@ -11,7 +11,7 @@ from hw_cost import Block, CostModel
 from search_spaces import SearchSpace, Supernet, arch_key
 from tasks.data import to_device
 
-from .distributed import Distributed
+from ..distributed import Distributed
 from .supernet_training import device_of, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)

@@ -32,10 +32,10 @@ import torch.nn as nn
 from hw_cost import CostModel
 from search_spaces import SearchSpace
 
-from ..errors import ConfigError
-from ..rundir import atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests, ThreadGovernor, check_finite
-from ..supernet_training import TrainConfig, log_session_steps, to_channels_last
+from ...errors import ConfigError
+from ...rundir import atomic_torch_save, load_checkpoint
+from ...runtime import StopRequests, ThreadGovernor, check_finite
+from ...training.supernet_training import TrainConfig, log_session_steps, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
 logger = logging.getLogger(__name__)

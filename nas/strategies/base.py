@@ -22,13 +22,13 @@ import torch
 
 from search_spaces import arch_key
 
+from ..errors import RunDirError
+from ..training.evaluation import ArchEvaluator, CachedEvaluator
+from ..training.finalize import FinalizeConfig
+from ..training.supernet_training import SupernetTrainer
 from .differentiable import DifferentiableConfig, DifferentiableSearch
-from .errors import RunDirError
-from .evaluation import ArchEvaluator, CachedEvaluator
 from .evolution import EvolutionConfig, EvolutionStrategy
-from .finalize import FinalizeConfig
 from .random_search import RandomConfig, sample_archs
-from .supernet_training import SupernetTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def train_supernet(ctx) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
     `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
     was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
-    from .rundir import RunDir, atomic_copy
+    from ..rundir import RunDir, atomic_copy
 
     if ctx.config.supernet_from and not ctx.run_dir.supernet_checkpoint.exists():
         source = RunDir(ctx.config.supernet_from).supernet_checkpoint
@@ -155,7 +155,7 @@ class _SandwichSearch(SearchStrategy):
 @register_strategy
 class EvolutionSearch(_SandwichSearch):
     """Supernet training with the sandwich rule, then NSGA-II over (metric with inherited weights, latency)
-    (`nas.evolution.EvolutionStrategy`).
+    (`nas.strategies.evolution.EvolutionStrategy`).
 
     With several processes, each generation's new archs are scored spread over them (`CachedEvaluator.
     evaluate_all`); the records, and so the search, are those of one process.
@@ -252,7 +252,7 @@ def _trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
 @register_strategy
 class RandomSearch(_SandwichSearch):
     """Supernet training with the sandwich rule (as the evolution's), then `archs` random archs scored on inherited
-    weights (`nas.random_search.sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a
+    weights (`nas.strategies.random_search.sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a
     resumed run draws the same archs and serves the scored ones from the journal."""
 
     name = "random"
@@ -277,7 +277,7 @@ class RandomSearch(_SandwichSearch):
 @register_strategy
 class DifferentiableSearchStrategy(SearchStrategy):
     """The differentiable strategy of a run: search, fine-tune, then score each search epoch's derived arch
-    (`nas.differentiable.DifferentiableSearch`).
+    (`nas.strategies.differentiable.DifferentiableSearch`).
 
     candidates.csv gets one row per search epoch (`generation` = epoch, `expected_latency_ms` = E[latency] at
     its end); the last row is the derived arch. All rows are scored with the final (fine-tuned) weights, the

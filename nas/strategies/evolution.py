@@ -39,7 +39,7 @@ class EvolutionConfig:
         mutation_eta: polynomial-mutation distribution index (each gene mutates with probability 1/n_genes).
         latency_limit_ms: archs slower than this are infeasible (constraint-domination); None = no limit.
         extra_objectives: record fields minimised beside latency ("macs", "params"); finalisation then spreads
-            its archs over the cost range of every objective (`nas.finalize.select_spread`).
+            its archs over the cost range of every objective (`nas.training.finalize.select_spread`).
     """
 
     population: int = 24

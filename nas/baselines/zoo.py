@@ -3,7 +3,7 @@
 Classification: any model `timm.create_model` or `torchvision.models.get_model` knows, by name, with its keyword
 arguments, freshly initialised (no pretrained weights: nothing downloads), with the task's classes and input
 channels (timm's `in_chans`; for torchvision the first convolution is rebuilt for the task's channels). Inputs up to
-`SMALL_INPUT` px a side get the stride policy of the reference networks (`nas.reference_networks`): a total
+`SMALL_INPUT` px a side get the stride policy of the reference networks (`nas.baselines.reference_networks`): a total
 stride of 8 instead of 32, by removing the network's first downsampling steps in the order it runs them. Each
 step is found by running the network once on a probe input and grouping every strided convolution and pooling
 layer by the resolution it reads; the first groups' convolutions get stride 1 and their pooling layers become
@@ -38,7 +38,7 @@ __all__ = ["SOURCES", "SMALL_INPUT", "SR_NETWORKS", "ZooError", "zoo_network", "
 
 #: where a classification zoo model comes from; "auto": timm when it knows the name, else torchvision
 SOURCES = ("auto", "timm", "torchvision")
-#: inputs whose larger side is at most this many pixels get total stride 8 (as `nas.reference_networks`)
+#: inputs whose larger side is at most this many pixels get total stride 8 (as `nas.baselines.reference_networks`)
 SMALL_INPUT = 64
 #: the total stride a small input keeps
 SMALL_INPUT_STRIDE = 8

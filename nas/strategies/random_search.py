@@ -30,8 +30,9 @@ class RandomConfig:
         sampling: "uniform" (from the space) or "latency_bins" (equal shares of the latency range).
         bins: latency bins of `latency_bins`.
         pool: uniform archs drawn per arch to fill the bins of `latency_bins`.
-        latency_limit_ms / extra_objectives: as the evolution's (`nas.evolution.EvolutionConfig`): archs slower
-            than the limit are not drawn, and finalisation spreads its archs over latency and these record fields.
+        latency_limit_ms / extra_objectives: as the evolution's (`nas.strategies.evolution.EvolutionConfig`): archs
+            slower than the limit are not drawn, and finalisation spreads its archs over latency and these record
+            fields.
     """
 
     archs: int = 160

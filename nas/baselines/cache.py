@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from .errors import RunDirError
-from .rundir import atomic_torch_save, load_checkpoint
+from ..errors import RunDirError
+from ..rundir import atomic_torch_save, load_checkpoint
 
 logger = logging.getLogger(__name__)
 

@@ -11,20 +11,20 @@ A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtaine
   the finalised archs). Training checkpoints under checkpoint/, so an interrupted run resumes it.
 * `bicubic`: bicubic upscaling (super-resolution tasks), costed as one upsample layer by the cost model.
 * `reference` (classification): a torchvision network, `network: mobilenet_v2` (with `width:`, its multiplier,
-  default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.reference_networks`:
+  default 1.0), `resnet18`, `resnet34` or `resnet50`, adapted to the task's input (`nas.baselines.reference_networks`:
   grayscale input, total stride 8 for inputs up to 64 px) and trained from scratch exactly as `standalone` is.
 * `zoo`: a published network by name, `model:` any timm or torchvision model (`source: timm | torchvision`, default
   whichever knows the name, timm first) with its keyword arguments (`kwargs:`), or for super-resolution `fsrcnn` /
-  `espcn`; adapted to the task's input as `nas.zoo` says and trained from scratch exactly as `standalone` is.
+  `espcn`; adapted to the task's input as `nas.baselines.zoo` says and trained from scratch exactly as `standalone` is.
 
 Trained baselines (`standalone`, `reference`, `zoo`) train with the run's recipe (`train` section: optimizer,
 batch, augmentation, schedule shape) for as long as the longest-trained arch the run hands over (`matched_epochs`:
 the supernet's epochs plus the most finalisation epochs an arch can get, or the finalisation's alone when it
 trains from scratch), so that a headline compares like with like; `epochs:` or `train_steps:` in the entry sets
 its own budget. Training checkpoints under checkpoint/, so an interrupted run resumes it. The trained weights and
-scores of `reference` and `zoo` networks are cached across runs (`nas.baseline_cache`: `$VPUNAS_CACHE`, else
+scores of `reference` and `zoo` networks are cached across runs (`nas.baselines.cache`: `$VPUNAS_CACHE`, else
 ~/.cache/vpunas/baselines), so a run with the same data settings, recipe, seed and input shape does not train them
-again; on CUDA, `baseline_workers` processes train them beside the search (`nas.baseline_workers`). A network is
+again; on CUDA, `baseline_workers` processes train them beside the search (`nas.baselines.workers`). A network is
 costed whole by the run's cost model (VPUNN costs any network; a latency table only with `cost.measure_missing`)
 and, for the report's table per NPU generation, by VPUNN on each generation (`NPU_GENERATIONS`). For example:
 
@@ -54,15 +54,14 @@ from hw_cost import Block, CostModelError, load_cost_model
 from search_spaces import ArchError, Supernet, arch_key
 from tasks.data import to_device
 
-from .baseline_cache import BaselineCache, cache_key
-from .captured_step import CapturedTrainStep, capture_refusal
-from .config import ConfigError
-from .device_fronts import NPU_GENERATIONS
-from .evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
+from ..config import NPU_GENERATIONS, ConfigError
+from ..rundir import write_csv
+from ..runtime import check_finite
+from ..training.captured_step import CapturedTrainStep, capture_refusal
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
+from ..training.supernet_training import SupernetTrainer, TrainConfig
+from .cache import BaselineCache, cache_key
 from .reference_networks import check_reference, describe_reference, reference_block, reference_network
-from .report import write_csv
-from .runtime import check_finite
-from .supernet_training import SupernetTrainer, TrainConfig
 from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 
 logger = logging.getLogger(__name__)
@@ -449,7 +448,7 @@ def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
 
 def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict]:
     """Score every configured baseline (journaled, so a resumed run does not repeat them); write baselines.csv.
-    `workers` (`nas.baseline_workers.BaselineWorkers`), when the run started some, are waited for first: what
+    `workers` (`nas.baselines.workers.BaselineWorkers`), when the run started some, are waited for first: what
     they trained is in the cache then."""
     check_baselines(ctx)
     if workers is not None:

@@ -56,7 +56,7 @@ def build_named_model(name: str):
 def _run_arch(run_dir: str, arch_id: str):
     """(model, input shape, cost blocks, the run's cost config) of arch `arch_id` of a run (random weights)."""
     from nas.config import load_config
-    from nas.export import run_arch
+    from nas.export.models import run_arch
     from nas.rundir import RunDir
     from nas.context import build_task_and_space
 
@@ -75,9 +75,9 @@ def _cost_model(spec: str, args):
 
 
 def _devices(args) -> int:
-    """`--devices`: the run's front costed on several devices (nas.device_fronts)."""
+    """`--devices`: the run's front costed on several devices (nas.reporting.device_fronts)."""
     from hw_cost.vpunn import DEVICE_MODELS
-    from nas.device_fronts import cost_front_on_devices
+    from nas.reporting.device_fronts import cost_front_on_devices
     from nas.rundir import RunDir
 
     devices = [d.strip().upper() for d in args.devices.split(",") if d.strip()]
@@ -110,7 +110,7 @@ def _cost(args) -> int:
         cost_model = (_cost_model(args.cost, args) if args.cost else
                       load_cost_model(run_cost.model, **run_cost.options()))
         if not args.cost and isinstance(cost_model, LutCostModel):  # the table as the run corrected it
-            from nas.lut_validation import load_run_correction
+            from nas.latency.lut_validation import load_run_correction
             from nas.rundir import RunDir
 
             load_run_correction(cost_model, RunDir(args.model))

@@ -35,9 +35,9 @@ from search_spaces import SearchSpace, Supernet
 from search_spaces.elastic import ElasticBatchNorm2d
 from tasks.data import DataError, batch_seed, to_device
 
-from .distributed import Distributed
-from .rundir import atomic_torch_save, load_checkpoint
-from .runtime import StopRequests, ThreadGovernor, check_finite
+from ..distributed import Distributed
+from ..rundir import atomic_torch_save, load_checkpoint
+from ..runtime import StopRequests, ThreadGovernor, check_finite
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class TrainConfig:
         grad_clip: clip the global gradient norm (0 = off).
         channels_last: run convolutions in NHWC, much faster for depthwise convs on CPU.
         cuda_graphs: on CUDA, replay the training step of fixed networks (finalisation, trained baselines) as a
-            CUDA graph (`nas.captured_step`; Adam / AdamW only); no effect on the CPU.
+            CUDA graph (`nas.training.captured_step`; Adam / AdamW only); no effect on the CPU.
         checkpoint_every: steps between checkpoints (a checkpoint is also written at every epoch end).
     """
 

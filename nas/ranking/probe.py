@@ -1,20 +1,20 @@
 """The probe set: how well a run's supernet ranks archs, measured against the same archs trained on their own.
 
-A weight-sharing search chooses by the supernet's ranking (an arch's metric with inherited weights), and that
-ranking is only as good as its agreement with what the archs reach when trained alone. Fidelity measured within a
-run's finalised archs sees a handful of neighbours on the front; a probe set sees the whole space: `archs` archs
-spread over its latency range (the smallest, the largest, the rest drawn in turn from equal latency bins of a pool
-of uniform draws, `nas.random_search.sample_archs`), each trained from scratch with the run's recipe (`train`) for
-the finalisation's configured epochs (`search.finalize.epochs`, or `probe.epochs`), as standalone baselines are.
+A weight-sharing search chooses by the supernet's ranking (an arch's metric with inherited weights), and that ranking is
+only as good as its agreement with what the archs reach when trained alone. Fidelity measured within a run's finalised
+archs sees a handful of neighbours on the front; a probe set sees the whole space: `archs` archs spread over its latency
+range (the smallest, the largest, the rest drawn in turn from equal latency bins of a pool of uniform draws,
+`nas.strategies.random_search.sample_archs`), each trained from scratch with the run's recipe (`train`) for the
+finalisation's configured epochs (`search.finalize.epochs`, or `probe.epochs`), as standalone baselines are.
 
-The standalone scores are cached across runs like reference baselines (`nas.baseline_cache`, keyed by the space's
+The standalone scores are cached across runs like reference baselines (`nas.baselines.cache`, keyed by the space's
 settings, the arch, the task's data settings, the recipe and the seed), so a probe set is trained once and rates the
 supernet of every later run of that space and recipe. `vpunas probe RUN_DIR` trains what the cache lacks (an
 interrupted arch resumes from RUN_DIR/checkpoint) and writes RUN_DIR/probe.csv; a search run writes it itself when
 the cache holds every probe arch. The figures are Kendall tau and Spearman rho between a ranking and the standalone
 val metric, each with a 95 % percentile bootstrap interval over the archs (`scipy.stats.bootstrap`, paired): for the
 inherited metric over the whole set and within the search's latency limit (where the search ranks), and for the
-accuracy predictor's held-out predictions (`nas.accuracy_predictor`).
+accuracy predictor's held-out predictions (`nas.ranking.accuracy_predictor`).
 """
 from __future__ import annotations
 
@@ -28,15 +28,15 @@ import numpy as np
 
 from search_spaces import arch_key
 
-from .baseline_cache import BaselineCache, cache_key
-from .baselines import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
-from .evaluation import ArchEvaluator
-from .random_search import RandomConfig, sample_archs
-from .report import read_csv, write_csv
+from ..baselines.cache import BaselineCache, cache_key
+from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
+from ..rundir import read_csv, write_csv
+from ..strategies.random_search import RandomConfig, sample_archs
+from ..training.evaluation import ArchEvaluator
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "probe_run", "read_probe", "probe_figures",
+__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "read_probe", "probe_figures",
            "figure_lines", "format_stat", "PROBE_STATS"]
 
 
@@ -194,29 +194,3 @@ def read_probe(run_dir, metric: str, resamples: int = 2000, seed: int = 0) -> tu
         return None
     rows = read_csv(run_dir.probe)
     return (rows, probe_figures(rows, metric, resamples, seed)) if rows else None
-
-
-def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict[str, dict]:
-    """`vpunas probe`: the probe set of a run with a trained supernet, trained where the cache lacks it and scored
-    on the run's supernet; probe.csv written, report.html rebuilt when the run has finished. `overrides`
-    (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""
-    from .config import ConfigError, load_config
-    from .report import build_report
-    from .context import build_context
-    from .supernet_training import load_trained_supernet
-
-    if not run_dir.exists():
-        raise FileNotFoundError(f"{run_dir.path} holds no run (no config.yaml)")
-    wrong = [o for o in overrides if not o.startswith("probe.")]
-    if wrong:
-        raise ConfigError(f"{wrong[0]}: vpunas probe changes the probe set only (probe.archs=N, probe.epochs=E)")
-    config = load_config(run_dir.config, list(overrides))
-    if config.probe.archs == 0:
-        raise ConfigError("probe.archs: 0 means no probe set; give probe.archs=N (N >= 2)")
-    ctx = build_context(config, run_dir, progress)
-    supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train).to(ctx.device)
-    evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, config.train.channels_last)
-    stats = score_probe(ctx, evaluator, train=True)
-    if run_dir.candidates.exists():
-        build_report(run_dir, space=ctx.space)
-    return stats

@@ -4,7 +4,7 @@ Small networks leave a GPU mostly idle: a training step of a 28-px net waits on 
 arithmetic. With `baseline_workers: N` (e.g. `device=cuda baseline_workers=8`), the run starts N worker processes
 (spawned) as soon as
 its directory exists; they share out the `reference` and `zoo` baselines the cache does not hold yet and train each
-exactly as the run's own process would (`nas.baselines.train_cached_baseline`: the same recipe, batches, seed,
+exactly as the run's own process would (`nas.baselines.scoring.train_cached_baseline`: the same recipe, batches, seed,
 and checkpoint under checkpoint/), storing it in the baseline cache, while the run trains and searches its
 supernet on the same GPU. The baselines stage waits for them and then finds every network in the cache. On a
 CPU the workers share its cores with the search (each takes cores / (N + 1) threads): worth it only where
@@ -29,10 +29,10 @@ __all__ = ["BaselineWorkers"]
 def _work(run_path: str, specs: list[dict], threads: int, index: int) -> None:
     """A worker process: the run's context rebuilt from its config.yaml, then each baseline of `specs` trained
     and cached."""
-    from .baselines import train_cached_baseline
-    from .config import load_config
-    from .rundir import RunDir
-    from .context import build_context
+    from ..config import load_config
+    from ..context import build_context
+    from ..rundir import RunDir
+    from .scoring import train_cached_baseline
 
     run_dir = RunDir(run_path)
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")
@@ -55,7 +55,7 @@ class BaselineWorkers:
         wanted = ctx.config.baseline_workers
         if not wanted or not ctx.dist.is_main or ctx.dist.enabled:
             return
-        from .baselines import CACHED_TYPES, cached_baseline_path
+        from .scoring import CACHED_TYPES, cached_baseline_path
 
         specs = [s for s in ctx.config.baselines if s.get("type") in CACHED_TYPES
                  and not cached_baseline_path(ctx, s).exists()]

@@ -1,7 +1,6 @@
 """Results tables and the report of a run: candidates.csv, baselines.csv, pareto.png, report.html."""
 from __future__ import annotations
 
-import csv
 import io
 import json
 import logging
@@ -9,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .pareto import pareto_mask
-from .errors import RunDirError
-from .rundir import RunDir, atomic_write_bytes, atomic_write_text
+from ..errors import RunDirError
+from ..pareto import pareto_mask
+from ..rundir import RunDir, atomic_write_bytes, atomic_write_text, read_csv
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["candidate_rows", "candidate_columns", "write_csv", "read_csv", "build_report", "build_comparison",
+__all__ = ["candidate_rows", "candidate_columns", "build_report", "build_comparison",
            "CANDIDATE_COLUMNS", "metric_of", "test_figure", "headline", "baseline_matches", "BaselineMatch",
            "fidelity_of", "read_stage_times", "reference_label", "paper_sentence", "baseline_type", "LIKE_WITH_LIKE",
            "GenerationMatch", "generation_matches", "generation_lines"]
@@ -33,7 +32,7 @@ def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str,
                    finals: dict[str, dict] | None = None) -> list[dict]:
     """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency).
 
-    `finals` (arch key -> scores of `nas.finalize`) fills `final_<metric>`, `final_test_<metric>`,
+    `finals` (arch key -> scores of `nas.training.finalize`) fills `final_<metric>`, `final_test_<metric>`,
     `final_int8_test_<metric>` (when INT8 was scored) and the task's other final test scores of the finalised
     archs; `is_final_pareto` marks the front of the finalised archs over (final metric, latency). Fields a
     strategy adds to its records beyond the standard ones (e.g. `expected_latency_ms`) are kept, as extra columns
@@ -74,19 +73,6 @@ def candidate_columns(rows: Sequence[dict], metric: str) -> list[str]:
     for row in rows:
         columns += [k for k in row if k not in columns]
     return columns
-
-
-def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(path, buf.getvalue())
-
-
-def read_csv(path: Path) -> list[dict]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def metric_of(rows: Sequence[dict]) -> str:
@@ -151,8 +137,8 @@ def _plot(rows: list[dict], baselines: list[dict], metric: str, cost_model: str)
 
 
 def fidelity_of(rows: Sequence[dict], metric: str) -> float | None:
-    """The supernet's ranking fidelity over a run's finalised rows (see `nas.finalize.ranking_fidelity`)."""
-    from .finalize import ranking_fidelity
+    """The supernet's ranking fidelity over a run's finalised rows (see `nas.training.finalize.ranking_fidelity`)."""
+    from ..training.finalize import ranking_fidelity
 
     final = [r for r in rows if r.get(f"final_{metric}", "") != ""]
     return ranking_fidelity([float(r[metric]) for r in final], [float(r[f"final_{metric}"]) for r in final])
@@ -167,7 +153,7 @@ def test_figure(row: dict, metric: str) -> float | None:
 
 def reference_label(row: dict) -> str | None:
     """The papers' name of a reference baseline (a baselines.csv row whose arch names a torchvision network,
-    `nas.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
+    `nas.baselines.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
     try:
         arch = json.loads(row.get("arch") or "null")
     except ValueError:
@@ -301,7 +287,7 @@ class GenerationMatch:
 
 def generation_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str,
                        latency: dict[str, dict[str, float]], devices: Sequence[str]) -> list[GenerationMatch]:
-    """The papers' table per NPU generation: for each trained baseline (`nas.baselines.TRAINED_TYPES`) with a
+    """The papers' table per NPU generation: for each trained baseline (`nas.baselines.scoring.TRAINED_TYPES`) with a
     test figure and a latency on the device (baselines.csv's `<device>_ms`), and each device of `devices` on
     which the run's archs were costed (`latency[device][arch id]`, e.g. `report_page.RunView.latency`)."""
     searched = _searched(rows, metric)
@@ -368,7 +354,7 @@ def build_report(run_dir: RunDir, space=None) -> None:
 
     _check_run(run_dir)
     view = load_run(run_dir, space=space)
-    from .device_fronts import NPU_GENERATIONS
+    from ..config import NPU_GENERATIONS
 
     table = generation_lines(generation_matches(view.rows, view.baselines, view.metric, view.latency,
                                                   NPU_GENERATIONS),
