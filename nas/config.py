@@ -1,7 +1,7 @@
 """Run configs: YAML files mapped onto the dataclasses of the components they configure.
 
 Sections with a `type` (task, space) are checked against the dataclass registered for that name; `search` holds
-a sub-section per registered strategy (`nas.strategies.base.STRATEGIES`, `SearchConfig`); the others are fixed
+a sub-section per registered strategy (`nas.strategies.STRATEGIES`, `SearchConfig`); the others are fixed
 dataclasses. Unknown keys, wrong types and missing files fail with one line naming the key. Relative paths (data
 roots, latency tables) are resolved against the config file's folder.
 """
@@ -124,7 +124,7 @@ def _task_configs() -> dict[str, type]:
 
 
 def _search_config(raw: Any):
-    """The `search` section: `strategy`, one sub-section per registered strategy (`nas.strategies.base.STRATEGIES`),
+    """The `search` section: `strategy`, one sub-section per registered strategy (`nas.strategies.STRATEGIES`),
     `finalize` (see `SearchConfig`)."""
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):

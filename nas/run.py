@@ -166,7 +166,7 @@ def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[st
 
 
 def _start_strategy(ctx: SearchContext) -> SearchStrategy:
-    """The config's strategy (`nas.strategies.base.STRATEGIES`) with the state it recorded in an earlier session of
+    """The config's strategy (`nas.strategies.STRATEGIES`) with the state it recorded in an earlier session of
     the run (RUN_DIR/checkpoint/strategy.json); after each generation, rank 0 writes candidates.csv and that
     state."""
     cls = STRATEGIES[ctx.config.search.strategy]

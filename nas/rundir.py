@@ -146,7 +146,7 @@ class RunDir:
     journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "evaluations.jsonl"))
     baseline_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "baselines.jsonl"))
     test_journal = property(lambda self: EvaluationJournal(self.checkpoint_dir / "test_metrics.jsonl"))
-    #: the search strategy's `state_dict()` (JSON; `nas.strategies.base.SearchStrategy.persists_state`)
+    #: the search strategy's `state_dict()` (JSON; `nas.strategies.SearchStrategy.persists_state`)
     strategy_state = property(lambda self: self.checkpoint_dir / "strategy.json")
     log = property(lambda self: self.path / "run.log")
 

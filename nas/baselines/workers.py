@@ -4,7 +4,7 @@ Small networks leave a GPU mostly idle: a training step of a 28-px net waits on 
 arithmetic. With `baseline_workers: N` (e.g. `device=cuda baseline_workers=8`), the run starts N worker processes
 (spawned) as soon as
 its directory exists; they share out the `reference` and `zoo` baselines the cache does not hold yet and train each
-exactly as the run's own process would (`nas.baselines.scoring.train_cached_baseline`: the same recipe, batches, seed,
+exactly as the run's own process would (`nas.baselines.train_cached_baseline`: the same recipe, batches, seed,
 and checkpoint under checkpoint/), storing it in the baseline cache, while the run trains and searches its
 supernet on the same GPU. The baselines stage waits for them and then finds every network in the cache. On a
 CPU the workers share its cores with the search (each takes cores / (N + 1) threads): worth it only where

@@ -92,6 +92,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cleanup()
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

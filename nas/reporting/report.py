@@ -287,7 +287,7 @@ class GenerationMatch:
 
 def generation_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str,
                        latency: dict[str, dict[str, float]], devices: Sequence[str]) -> list[GenerationMatch]:
-    """The papers' table per NPU generation: for each trained baseline (`nas.baselines.scoring.TRAINED_TYPES`) with a
+    """The papers' table per NPU generation: for each trained baseline (`nas.baselines.TRAINED_TYPES`) with a
     test figure and a latency on the device (baselines.csv's `<device>_ms`), and each device of `devices` on
     which the run's archs were costed (`latency[device][arch id]`, e.g. `report_page.RunView.latency`)."""
     searched = _searched(rows, metric)
