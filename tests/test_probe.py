@@ -1,12 +1,15 @@
 """The probe set (`nas.ranking.probe`): archs spread over the space, trained alone once (cached), that rate how well a
 run's supernet ranks archs; `vpunas probe`, and a run that writes probe.csv itself when the cache holds the set."""
+import json
 import logging
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from conftest import SMOKE
+from conftest import REPO, SMOKE
 from nas.cli import main
 from nas.ranking.probe import probe_archs, ranking_stats
 from nas.rundir import RunDir
@@ -88,6 +91,14 @@ def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
     assert [name for name in trained if again[name] != trained[name]] == [lost]
     assert sum("from the cache" in r.getMessage() for r in caplog.records) == 4
     assert run.probe.read_text().splitlines() == rows  # same archs, same scores
+
+    # the benchmark of scoring settings re-scores the set on the run's supernet
+    out = run.path / "bench.json"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "bench_ranking.py"), str(run.path), "--calib", "64",
+                    "--eval-images", "100", "0", "--out", str(out)], check=True, capture_output=True, cwd=REPO)
+    settings = json.loads(out.read_text())
+    assert [(s["calib_images"], s["eval_images"]) for s in settings] == [(64, 100), (64, 0)]
+    assert {"inherited vs standalone val", "predictor (held out) vs standalone test"} <= set(settings[0]["figures"])
 
 
 def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):

@@ -137,6 +137,7 @@ README_COMMANDS = {
     ".venv/bin/python scripts/bench_scale.py": ["scripts/bench_scale.py", SMOKE, "--steps", "1", "--archs", "2"],
     ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
     ".venv/bin/python scripts/bench_search.py": None,  # tests/test_random_search.py runs it on a tiny search
+    ".venv/bin/python scripts/bench_ranking.py RUN_DIR": None,  # tests/test_probe.py runs it on a probed smoke run
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
     ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,

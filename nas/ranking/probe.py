@@ -92,12 +92,13 @@ def ranking_stats(ranking: Sequence[float], truth: Sequence[float], resamples: i
     """Kendall tau and Spearman rho of `ranking` against `truth`, each with the bounds of its 95 % percentile
     bootstrap interval (`<name>_low`, `<name>_high`; resampled archs, paired). NaN where a figure is undefined
     (fewer than 3 archs, no spread)."""
-    from scipy.stats import ConstantInputWarning, bootstrap
+    from scipy.stats import ConstantInputWarning, DegenerateDataWarning, bootstrap
 
     x, y = np.asarray(ranking, dtype=float), np.asarray(truth, dtype=float)
     out = {"archs": len(x)}
     with warnings.catch_warnings():  # a resample without spread has no figure: NaN, which the interval shows
         warnings.simplefilter("ignore", ConstantInputWarning)
+        warnings.simplefilter("ignore", DegenerateDataWarning)
         for name, statistic in PROBE_STATS.items():
             value = statistic(x, y) if len(x) >= 2 else math.nan
             low = high = math.nan
