@@ -1,16 +1,26 @@
-"""Time of one differentiable search step vs one plain supernet training step, measured in one run.
+"""The differentiable search measured: its step time against plain supernet training, and what a run hands over.
 
     .venv/bin/python scripts/bench_dnas.py [CONFIG] [--steps 10] [--threads 1]
+    .venv/bin/python scripts/bench_dnas.py --run DNAS_RUN_DIR [--against RUN_DIR ...]
 
+Step time (the first form):
 A search step is a weight step plus an architecture step (`DifferentiableSearch.weight_step` + `arch_step`,
 each one forward + backward of the relaxed supernet); a plain step is `SupernetTrainer.train_step` with the
 sandwich rule (largest, smallest and `train.sandwich_random` random archs). Both run on the same batch of the
 config's training data, alternating so that load on a shared machine hits both alike. Prints the median CPU
 time (time.process_time) of each, per relaxation, and their ratio (target: at most 2.5x).
+
+What a run hands over (`--run`): each finalised arch of a finished differentiable run with its val / test metric,
+its latency on the run's cost model and measured end to end on this machine (OpenVINO, as the run's latency table
+was measured; the run's own measurement where it made one), against the run's `target_ms`. With `--against`, the
+finalised archs of other runs (e.g. the evolution's default run) are measured the same way, in the same rounds,
+and each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it
+(at least its test metric, at most its measured latency).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -19,10 +29,14 @@ from pathlib import Path
 import torch
 
 from hw_cost import load_cost_model
+from hw_cost.lut import LutCostModel
 from nas.config import load_config
-from nas.runtime import keep_freed_memory
-from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
 from nas.context import build_task_and_space
+from nas.latency.lut_validation import measure_here, measured_latencies
+from nas.rundir import RunDir, read_csv
+from nas.runtime import keep_freed_memory
+from search_spaces import arch_key
+from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
 from nas.training.supernet_training import SupernetTrainer
 
 
@@ -32,14 +46,93 @@ def cpu_time(fn) -> float:
     return time.process_time() - start
 
 
+def _finalised(run: RunDir) -> tuple[list[dict], str]:
+    """A finished run's finalised rows (val / test metric under `final`, `test`) and its metric."""
+    rows = read_csv(run.candidates)
+    metric = "psnr" if "psnr" in rows[0] else "top1"
+    final = [dict(r, arch=json.loads(r["arch"]), final=float(r[f"final_{metric}"]),
+                  test=float(r[f"final_test_{metric}"])) for r in rows if r[f"final_{metric}"] != ""]
+    return final, metric
+
+
+def handed_over(run_dir: str, against: list[str]) -> list[dict]:
+    """Each finalised arch of the differentiable run `run_dir` against its latency target and the other runs'
+    finalised archs, all measured here; printed and returned."""
+    run = RunDir(run_dir)
+    config = load_config(run.config)
+    target = getattr(config.search.settings(), "target_ms", None)
+    cost = load_cost_model(config.cost.model, **config.cost.options())
+    if not isinstance(cost, LutCostModel):
+        raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
+                         "latency table of this machine (lut:...)")
+    ours, metric = _finalised(run)
+    others = [(RunDir(path), *_finalised(RunDir(path))) for path in against]
+    groups = [(run, ours)] + [(other, rows) for other, rows, _ in others]
+    spaces = [build_task_and_space(load_config(r.config))[1] for r, _ in groups]
+    # every network of every run in the same interleaved rounds, as the run's table was measured
+    archs = [(space, row["arch"]) for space, (_, rows) in zip(spaces, groups) for row in rows]
+    measured = iter(_measure(archs, cost))
+    for _, rows in groups:
+        for row in rows:
+            row["here_ms"] = next(measured)
+    recorded = measured_latencies(run)  # what the run measured at its end, where it did
+    out = []
+    for row in ours:
+        ms = row["here_ms"]
+        result = {"id": int(row["id"]), f"test_{metric}": row["test"], f"val_{metric}": row["final"],
+                  "table_ms": float(row["latency_ms"]), "measured_ms": ms,
+                  "run_measured_ms": recorded.get(arch_key(row["arch"])), "target_ms": target,
+                  "off_target_pct": None if target is None else round(100 * (ms / target - 1), 1), "against": {}}
+        for other, rows, _ in others:
+            at_most = [r for r in rows if r["here_ms"] <= row["here_ms"]]
+            best = max(at_most, key=lambda r: r["test"], default=None)
+            result["against"][str(other.path)] = {
+                "best_at_most_as_slow": None if best is None else {"id": int(best["id"]), f"test_{metric}": best["test"],
+                                                                   "measured_ms": best["here_ms"]},
+                "dominated_by": [int(r["id"]) for r in at_most if r["test"] >= row["test"]]}
+        out.append(result)
+        line = (f"arch {result['id']}: test {metric} {row['test']:.2f}, table {result['table_ms']:.4f} ms, measured "
+                f"here {ms:.4f} ms" + ("" if result["run_measured_ms"] is None else
+                                       f" (the run measured {result['run_measured_ms']:.4f} ms)"))
+        if target is not None:
+            line += f", target {target:g} ms ({result['off_target_pct']:+.1f} %)"
+        print(line)
+        for path, versus in result["against"].items():
+            best = versus["best_at_most_as_slow"]
+            print(f"  {path}: " + ("no finalised arch as fast" if best is None else
+                                   f"best at most as slow: arch {best['id']}, test {best[f'test_{metric}']:.2f} at "
+                                   f"{best['measured_ms']:.4f} ms") +
+                  f"; dominated by {versus['dominated_by'] or 'none'}")
+    return out
+
+
+def _measure(archs: list[tuple], cost: LutCostModel) -> list[float]:
+    """End-to-end latency (ms) here of (space, arch) pairs, as `cost`'s table was measured."""
+    by_space: dict[int, list[int]] = {}
+    for i, (space, _) in enumerate(archs):
+        by_space.setdefault(id(space), []).append(i)
+    out = [0.0] * len(archs)
+    for indices in by_space.values():
+        space = archs[indices[0]][0]
+        for i, ms in zip(indices, measure_here(space, cost.table, [archs[i][1] for i in indices])):
+            out[i] = round(float(ms), 4)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", default=str(Path(__file__).parents[1] / "configs/fmnist_mobilenet.yaml"))
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--run", metavar="DNAS_RUN_DIR", help="report what this finished differentiable run hands over")
+    parser.add_argument("--against", nargs="*", default=[], metavar="RUN_DIR",
+                        help="with --run: other finished runs whose finalised archs are measured beside it")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the vpunas command does
+    if args.run:
+        handed_over(args.run, args.against)
+        return
+    torch.set_num_threads(args.threads)
 
     config = load_config(args.config)
     task, space = build_task_and_space(config)

@@ -1,12 +1,14 @@
 """The differentiable strategy: relaxed supernets, expected latency and its gradient, the latency loss steering the
 derived arch, resume, and a whole run through the CLI."""
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS
+from conftest import CONFIGS, REPO
 from hw_cost import load_cost_model
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -283,8 +285,9 @@ def test_warmup_longer_than_training_is_an_error(tmp_path, capsys):
     assert "search.differentiable.warmup_epochs (1) must be below train.epochs (1)" in capsys.readouterr().err
 
 
-def test_differentiable_run_end_to_end(tmp_path):
-    """A whole run: one candidates.csv row per search epoch with its expected latency; resume changes nothing."""
+def test_differentiable_run_end_to_end(tmp_path, smoke_run):
+    """A whole run: one candidates.csv row per search epoch with its expected latency; resume changes nothing;
+    scripts/bench_dnas.py measures what it hands over beside the evolution's finalised archs."""
     out = tmp_path / "run"
     args = ["search", SMOKE, "search.strategy=differentiable",
             "search.differentiable={warmup_epochs: 1, finetune_epochs: 1}",
@@ -307,6 +310,13 @@ def test_differentiable_run_end_to_end(tmp_path):
     before = run.candidates.read_text()
     assert main(args[:-3] + ["--out", str(out), "--resume", "--no-progress"]) == 0
     assert run.candidates.read_text() == before
+
+    bench = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_dnas.py"), "--run", str(out), "--against",
+                            str(smoke_run.path)], check=True, capture_output=True, text=True, cwd=REPO).stdout
+    lines = bench.splitlines()
+    assert lines[0].startswith(f"arch {rows[-1]['id']}: test top1 {float(rows[-1]['final_test_top1']):.2f}, table ")
+    assert "ms, measured here " in lines[0] and lines[1].startswith(f"  {smoke_run.path}: ")
+    assert "dominated by" in lines[1] and len(lines) == 2
 
 
 def test_the_strategy_state_is_the_search_state(tiny_run, tmp_path):

@@ -75,7 +75,7 @@ def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
     assert record["after"]["mape_pct"] < record["before"]["mape_pct"]
     assert len(record["measured_ms"]) == 5
     # a resumed run (or a report of it) reads the decision back and measures nothing
-    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured again"))
+    monkeypatch.setattr(lut_validation, "measure_here", lambda *a: pytest.fail("measured again"))
     again = LutCostModel(_foreign_table())
     correct_for_this_machine(space, again, "auto", 5, 0, run_dir)
     assert again.correction == model.correction
@@ -86,14 +86,14 @@ def test_a_table_that_agrees_here_is_used_as_measured_and_never_is_unchecked(tmp
     space = _smoke_space()
     local = LatencyTable.load(TABLE)
     local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
-    monkeypatch.setattr(lut_validation, "_measure_here",
+    monkeypatch.setattr(lut_validation, "measure_here",
                         lambda space_, table, archs: 1.05 * lut_validation._predicted(space_, LutCostModel(table), archs))
     model = LutCostModel(local)
     correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path / "local"))
     record = json.loads((tmp_path / "local" / CORRECTION_FILE).read_text())
     assert model.correction is None and record["applied"] is False and record["measured_elsewhere"] == {}
     assert 4.7 < record["before"]["mape_pct"] < 4.8 and len(record["measured_ms"]) == 5
-    monkeypatch.setattr(lut_validation, "_measure_here", lambda *a: pytest.fail("measured"))
+    monkeypatch.setattr(lut_validation, "measure_here", lambda *a: pytest.fail("measured"))
     model = LutCostModel(_foreign_table())
     correct_for_this_machine(space, model, "never", 5, 0, RunDir(tmp_path / "never"))
     assert model.correction is None
@@ -106,7 +106,7 @@ def test_a_table_2x_off_on_this_machine_is_corrected_whatever_its_metadata(tmp_p
     space = _smoke_space()
     local = LatencyTable.load(TABLE)
     local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
-    monkeypatch.setattr(lut_validation, "_measure_here",
+    monkeypatch.setattr(lut_validation, "measure_here",
                         lambda space_, table, archs: 2.0 * lut_validation._predicted(space_, LutCostModel(table), archs))
     model = LutCostModel(local)
     with caplog.at_level(logging.INFO):

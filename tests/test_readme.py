@@ -132,12 +132,19 @@ README_COMMANDS = {
     ".venv/bin/python scripts/bench_supernet.py": ["scripts/bench_supernet.py", "--steps", "1", "--batch", "8"],
     ".venv/bin/python scripts/bench_vpunn.py": ["scripts/bench_vpunn.py", "--threads", "1", "--repeat", "1"],
     ".venv/bin/python scripts/bench_dnas.py": ["scripts/bench_dnas.py", "--steps", "1"],
+    # tests/test_differentiable.py runs it on its differentiable run against the smoke run
+    ".venv/bin/python scripts/bench_dnas.py --run DNAS_RUN --against RUN": None,
     ".venv/bin/python scripts/bench_quality.py RUN_DIR": ["scripts/bench_quality.py", "{run}", "--repeats", "10"],
     ".venv/bin/python scripts/bench_contention.py": ["scripts/bench_contention.py", SMOKE, "--steps", "4"],
     ".venv/bin/python scripts/bench_scale.py": ["scripts/bench_scale.py", SMOKE, "--steps", "1", "--archs", "2"],
     ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
     ".venv/bin/python scripts/bench_search.py": None,  # tests/test_random_search.py runs it on a tiny search
     ".venv/bin/python scripts/bench_ranking.py RUN_DIR": None,  # tests/test_probe.py runs it on a probed smoke run
+    # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
+    "vpunas probe": None,
+    "vpunas probe RUN_DIR": None,
+    "vpunas probe RUN_DIR [probe.key=value ...]": None,
+    "vpunas probe RUN_DIR [probe.archs=24] [probe.epochs=E]": None,
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
     ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,

@@ -23,7 +23,7 @@ from ..rundir import EvaluationJournal, atomic_write_text
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["agreement", "validate_table", "correct_for_this_machine",
+__all__ = ["agreement", "validate_table", "correct_for_this_machine", "measure_here",
            "read_correction_record", "load_run_correction", "measured_beside_predicted", "measured_latencies",
            "plot_validation"]
 
@@ -36,7 +36,7 @@ def _predicted(space: SearchSpace, model: LutCostModel, archs: list[dict]) -> np
     return np.array([model.latency_ms(space.blocks(a)) for a in archs])
 
 
-def _measure_here(space: SearchSpace, table: LatencyTable, archs: list[dict]) -> np.ndarray:
+def measure_here(space: SearchSpace, table: LatencyTable, archs: list[dict]) -> np.ndarray:
     """Each arch's end-to-end latency (ms) on this machine, measured as the table was (device, precision,
     threads, repeats), interleaved so that drift of a shared machine hits all archs alike."""
     supernet = space.build_supernet().eval()
@@ -70,7 +70,7 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
     if k < 2:
         raise CostModelError(f"a table's validation needs at least 4 distinct archs (2 fit the correction, 2 check "
                              f"it); {len(archs)} asked for or in the space")
-    predicted, measured = _predicted(space, LutCostModel(table), archs), _measure_here(space, table, archs)
+    predicted, measured = _predicted(space, LutCostModel(table), archs), measure_here(space, table, archs)
     correction = LatencyCorrection.fit(predicted[:k], measured[:k])
     corrected = correction.apply(predicted)
     result = {"measured_on": OpenVinoProfiler(table.settings()).metadata(), "archs": len(archs),
@@ -112,7 +112,7 @@ def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str,
     else:
         foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
         archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
-        predicted, measured = _predicted(space, model, archs), _measure_here(space, model.table, archs)
+        predicted, measured = _predicted(space, model, archs), measure_here(space, model.table, archs)
         before = agreement(predicted, measured)
         record.update(measured_elsewhere=foreign, before=before, measured_ms=np.round(measured, 4).tolist())
         where = f"measured elsewhere ({foreign})" if foreign else "measured on a machine like this one"
@@ -142,7 +142,7 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
     done = measured_latencies(ctx.run_dir)
     todo = [r for r in records if r["key"] not in done]
     if todo:
-        measured = _measure_here(ctx.space, model.table, [r["arch"] for r in todo])
+        measured = measure_here(ctx.space, model.table, [r["arch"] for r in todo])
         for record, ms in zip(todo, measured):
             done[record["key"]] = round(float(ms), 4)
             journal.append({"key": record["key"], "measured_ms": done[record["key"]]})
