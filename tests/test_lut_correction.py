@@ -15,7 +15,7 @@ from conftest import CONFIGS, SMOKE
 from hw_cost import Block, CostModelError
 from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
 from hw_cost.profiler import OpenVinoProfiler
-from nas import lut_validation
+from nas.latency import lut_validation
 from nas.cli import main
 from nas.config import load_config
 from nas.errors import RunDirError

@@ -11,7 +11,7 @@ from nni.nas.experiment import NasExperiment
 from nni.nas.nn.pytorch import LayerChoice, ModelSpace
 from nni.nas.profiler.pytorch.flops import FlopsProfiler
 
-from nas import nni_compat
+from nas.strategies import nni_compat
 
 KERNELS = (1, 3, 5)
 

@@ -11,7 +11,7 @@ import pytest
 import hw_cost.vpunn.paths as vpaths
 from hw_cost import CostModelError
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
-from nas import cost_cli
+from nas.cli import cost_cli
 from conftest import VPUNN_VECTORS
 
 MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
