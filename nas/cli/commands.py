@@ -124,7 +124,7 @@ def _probe(args: argparse.Namespace) -> int:
 
     run_dir = RunDir(args.run_dir)
     figures = probe_run(run_dir, args.overrides, progress=not args.no_progress)
-    print(f"probe set against the standalone val metric (95% bootstrap intervals); {run_dir.probe}")
+    print(f"probe set against the standalone test metric (95% bootstrap intervals); {run_dir.probe}")
     print("\n".join(figure_lines(figures)))
     return 0
 

@@ -485,7 +485,7 @@ def probe_section(run_dir: RunDir, metric: str) -> str:
     lines = "".join(f"<li>{html.escape(line)}</li>" for line in figure_lines(figures))
     return (f"<h2>Probe set</h2><p>{len(rows)} archs spread over the space's latency range, each trained from scratch "
             f"for {float(rows[0]['epochs']):g} epochs (<code>probe.csv</code>). How well each ranking orders them by "
-            f"their standalone val {html.escape(metric)} (95 % bootstrap intervals):</p><ul>{lines}</ul>"
+            f"their standalone test {html.escape(metric)} (95 % bootstrap intervals):</p><ul>{lines}</ul>"
             f"<details><summary>{len(rows)} probe archs</summary>{sortable_table(rows, columns)}</details>")
 
 
