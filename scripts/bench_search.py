@@ -5,9 +5,7 @@
 Per seed, three runs of CONFIG (default: the default config) into OUT/seed<S>/:
   search   the config's strategy as it is (the evolution of the default config);
   uniform  search.strategy=random, archs drawn uniformly from the space;
-  binned   search.strategy=random, archs drawn from equal shares of the latency range (the stronger baseline);
-  predicted  (with --predictor) the config's strategy ranking archs by the accuracy predictor (`probe.predictor`),
-           fitted on the probe set, which `vpunas probe` trains on the search run's first where the cache lacks it.
+  binned   search.strategy=random, archs drawn from equal shares of the latency range (the stronger baseline).
 The random runs score as many archs as the search did, with its latency limit and extra objectives; they take
 the search run's trained supernet (`supernet_from`: the same weights, trained once) and finalise by the same rule
 and budget. Finalisation's run budget is off in all three (`search.finalize.run_budget_minutes=0`, with its
@@ -104,9 +102,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--bins", type=int, default=6)
     parser.add_argument("--out", default=str(REPO / "runs" / "bench_search"))
-    parser.add_argument("--predictor", action="store_true", help="also the search ranking by the accuracy predictor")
     args = parser.parse_args()
-    methods = METHODS + (("predicted",) if args.predictor else ())
     if "=" in args.config:
         args.overrides.insert(0, args.config)
         args.config = str(REPO / "configs" / "fmnist_mobilenet.yaml")
@@ -127,15 +123,7 @@ def main() -> None:
             seconds[method] = _run(args.config, [*shared, f"seed={seed}", "search.strategy=random", *random,
                                                  f"search.random.sampling={sampling}", f"search.random.archs={scored}",
                                                  f"supernet_from={out / 'search'}"], out / method)
-        if args.predictor:
-            probe = subprocess.run([sys.executable, "-m", "nas.cli", "probe", str(out / "search"), "--no-progress",
-                                    *(o for o in args.overrides if o.startswith("probe."))],
-                                   cwd=REPO, capture_output=True, text=True)
-            if probe.returncode != 0:
-                raise SystemExit(f"bench_search: vpunas probe failed: {probe.stderr.strip().splitlines()[-1:]}")
-            seconds["predicted"] = _run(args.config, [*shared, f"seed={seed}", "probe.predictor=true",
-                                                      f"supernet_from={out / 'search'}"], out / "predicted")
-        finalised = {m: _finalised(out / m) for m in methods}
+        finalised = {m: _finalised(out / m) for m in METHODS}
         fronts = {m: f[:2] for m, f in finalised.items()}
         metric = finalised["search"][2]
         result = compare(fronts, args.bins)
@@ -147,11 +135,11 @@ def main() -> None:
               f"({ref['test_metric']:.2f}, {ref['latency_ms']:.4f})")
         print(f"  {'method':<8} {'hypervolume':>12} {'archs':>6}  best test {metric} per latency bin "
               f"({', '.join(f'{e:.4f}' for e in result['bin_edges_ms'])} ms)")
-        for method in methods:
+        for method in METHODS:
             entry = result["methods"][method]
             best = "  ".join("   -  " if v is None else f"{v:6.2f}" for v in entry["best_per_bin"])
             print(f"  {method:<8} {entry['hypervolume']:12.6f} {len(fronts[method][0]):6d}  {best}")
-        for method in methods[1:]:
+        for method in METHODS[1:]:
             entry = result["methods"][method]
             gain = "n/a" if entry["search_gain"] is None else f"{entry['search_gain']:+.2f}"
             print(f"  search - {method}: {gain} test {metric} on average over {entry['bins_compared']} bins")
