@@ -84,15 +84,11 @@ class ProbeConfig:
         epochs: epochs each is trained from scratch with the run's recipe (`train`); None = the finalisation's
             (`search.finalize.epochs`; the supernet's and finalisation's most epochs without finalisation).
         resamples: bootstrap resamples of the intervals.
-        predictor: rank archs by the accuracy predictor fitted on the probe set (`nas.ranking.accuracy_predictor`;
-            the probe set must be in the cache) instead of their inherited metric: in the evolution's selection
-            and finalisation's choice (the sandwich strategies: evolution, random).
     """
 
     archs: int = 24
     epochs: Optional[float] = None
     resamples: int = 2000
-    predictor: bool = False
 
     def __post_init__(self):
         if self.archs < 0 or self.archs == 1:
@@ -101,8 +97,6 @@ class ProbeConfig:
             raise ValueError("epochs: must be > 0 (or null for the finalised archs' epochs)")
         if self.resamples < 100:
             raise ValueError("resamples: must be >= 100")
-        if self.predictor and self.archs < 5:
-            raise ValueError("predictor: needs a probe set of at least 5 archs (archs)")
 
 
 @dataclass
@@ -349,9 +343,6 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         raise ConfigError("baseline_workers: must be a whole number >= 0")
     train = _structured(TrainConfig, top.train, "train")
     probe = _structured(ProbeConfig, top.probe, "probe")
-    if probe.predictor and not search.strategy_class.uses_sandwich:
-        raise ConfigError(f"probe.predictor: ranks the archs of a sandwich-trained supernet (search.strategy "
-                          f"evolution or random), not those of search.strategy={search.strategy}")
     if not search.strategy_class.uses_sandwich:
         for name in ("sandwich_random", "distill"):
             if getattr(train, name) != getattr(TrainConfig, name):

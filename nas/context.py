@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 
@@ -34,15 +33,6 @@ class SearchContext:
     progress: bool = True
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     dist: Distributed = field(default_factory=Distributed)
-    #: with `probe.predictor` (`nas.ranking.probe.predictor_ranking`): called with the trained supernet's evaluator,
-    #: returns arch, inherited metric -> the accuracy predictor's metric, by which the sandwich strategies and
-    #: finalisation then rank archs
-    predictor: Optional[Callable] = None
-
-    @property
-    def ranking_key(self) -> str:
-        """The record field archs are ranked by: `predicted_<metric>` with a predictor, else the inherited metric."""
-        return f"predicted_{self.task.metric}" if self.predictor is not None else self.task.metric
 
 
 def resolve_device(device: str) -> str:

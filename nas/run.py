@@ -25,7 +25,6 @@ import torch
 from hw_cost.lut import LutCostModel
 from search_spaces import arch_key
 
-from .baselines.cache import BaselineCache
 from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
@@ -33,7 +32,7 @@ from .distributed import Distributed, start
 from .errors import RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
-from .ranking.probe import missing_probe_archs, predictor_ranking, score_probe
+from .ranking.probe import score_probe
 from .reporting.report import build_report, candidate_columns, candidate_rows, read_stage_times
 from .rundir import RunDir, atomic_write_text, write_csv
 from .strategies.base import STRATEGIES, SearchStrategy
@@ -202,13 +201,6 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
                           f"torchrun (strategies that scale out: {scaling})")
     ctx.cost_model.check_covers(ctx.space.all_blocks())
     check_baselines(ctx)
-    if config.probe.predictor:
-        missing = missing_probe_archs(ctx)
-        if missing:
-            raise ConfigError(f"probe.predictor: {missing} of the {config.probe.archs} probe archs of this space and "
-                              f"recipe are not in the cache ({BaselineCache().folder}); train them first with "
-                              "`vpunas probe RUN_DIR` on a run of this config")
-        ctx.predictor = predictor_ranking(ctx)
     if dist.is_main and not run_dir.exists():
         run_dir.path.mkdir(parents=True, exist_ok=True)
         atomic_write_text(run_dir.config, config_to_yaml(config))

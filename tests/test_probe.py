@@ -1,6 +1,5 @@
 """The probe set (`nas.ranking.probe`): archs spread over the space, trained alone once (cached), that rate how well a
 run's supernet ranks archs; `vpunas probe`, and a run that writes probe.csv itself when the cache holds the set."""
-import csv
 import json
 import logging
 import shutil
@@ -153,36 +152,3 @@ def test_accuracy_predictor_ranks_held_out_archs_of_a_toy_set(space):
     with pytest.raises(RuntimeError, match="before fit"):
         AccuracyPredictor().predict(features[0])
 
-
-def test_a_run_ranks_by_the_predictor_fitted_on_the_cached_probe_set(tmp_path, monkeypatch, capsys, caplog):
-    """probe.predictor: refused without the probe set in the cache; with it, the evolution and finalisation rank by
-    `predicted_top1` (a column of candidates.csv), and a resumed run ranks alike."""
-    from nas.config import load_config
-    from nas.context import build_context
-    from nas.ranking.probe import score_probe
-    from nas.training.evaluation import ArchEvaluator
-    from test_random_search import TINY
-
-    monkeypatch.setenv("VPUNAS_CACHE", str(tmp_path / "cache"))
-    tiny = [*TINY, "probe.archs=5", "probe.epochs=10"]  # long enough for the archs to differ
-    ranked = ["search", SMOKE, *tiny, "probe.predictor=true", "--out", str(tmp_path / "ranked"), "--no-progress"]
-    assert main(ranked) == 2
-    assert "probe.predictor: 5 of the 5 probe archs" in capsys.readouterr().err
-    assert not (tmp_path / "ranked").exists()
-    # the probe set into the cache (its standalone scores do not depend on the supernet scoring it)
-    ctx = build_context(load_config(SMOKE, tiny), RunDir(tmp_path / "scratch"), progress=False)
-    score_probe(ctx, ArchEvaluator(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.cost_model), train=True)
-
-    caplog.set_level(logging.INFO, logger="nas.ranking.probe")
-    assert main(ranked) == 0
-    run = RunDir(tmp_path / "ranked")
-    rows = list(csv.DictReader(run.candidates.open()))
-    predicted = [float(r["predicted_top1"]) for r in rows]
-    assert len(set(predicted)) > 1 and predicted != [float(r["top1"]) for r in rows]
-    assert run.probe.exists() and any("accuracy predictor fitted on 5 probe archs" in r.getMessage()
-                                      for r in caplog.records)
-    before = run.candidates.read_text()
-    assert main([*ranked, "--resume"]) == 0 and run.candidates.read_text() == before
-
-    assert main(["search", SMOKE, "search.strategy=differentiable", "probe.predictor=true"]) == 2
-    assert "probe.predictor: ranks the archs of a sandwich-trained supernet" in capsys.readouterr().err

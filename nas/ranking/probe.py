@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import math
 import warnings
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -31,15 +31,14 @@ from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
 from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
-from ..errors import RunDirError
 from ..rundir import read_csv, write_csv
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "missing_probe_archs", "predictor_ranking",
-           "read_probe", "probe_figures", "figure_lines", "format_stat", "PROBE_STATS"]
+__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "read_probe", "probe_figures",
+           "figure_lines", "format_stat", "PROBE_STATS"]
 
 
 def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
@@ -123,10 +122,11 @@ def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
             for arch, entry in entries]
 
 
-def _scored(ctx, evaluator: ArchEvaluator, train: bool) -> tuple[list[dict], np.ndarray] | None:
-    """probe.csv's rows of the run's probe set, scored on its supernet (`evaluator`, inherited weights) beside the
-    standalone scores and the accuracy predictor's held-out predictions, with the predictor's input of each
-    (`arch_features`); None without a probe set or, without `train`, when the cache lacks a probe arch."""
+def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
+    """The run's probe set scored on its supernet (`evaluator`, inherited weights) beside the standalone scores and
+    the accuracy predictor's held-out predictions: RUN_DIR/probe.csv written (by the main process), the figures
+    (`probe_figures`) logged and returned. None without a probe set or, without `train`, when the cache lacks a
+    probe arch."""
     from .accuracy_predictor import arch_features, held_out_predictions
 
     metric, space = ctx.task.metric, ctx.space
@@ -147,18 +147,6 @@ def _scored(ctx, evaluator: ArchEvaluator, train: bool) -> tuple[list[dict], np.
         held_out = held_out_predictions(np.array(features), [r[f"standalone_{metric}"] for r in rows], ctx.config.seed)
         for row, value in zip(rows, held_out):
             row[f"held_out_predicted_{metric}"] = round(float(value), 4)
-    return rows, np.array(features)
-
-
-def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
-    """The run's probe set scored (`_scored`): RUN_DIR/probe.csv written (by the main process), the figures
-    (`probe_figures`) logged and returned; None where `_scored` has no rows."""
-    scored = _scored(ctx, evaluator, train)
-    return None if scored is None else _written(ctx, scored[0])
-
-
-def _written(ctx, rows: list[dict]) -> dict:
-    metric = ctx.task.metric
     if ctx.dist.is_main:
         write_csv(ctx.run_dir.probe, rows, list(rows[0]))
     figures = probe_figures(rows, metric, ctx.config.probe.resamples, ctx.config.seed)
@@ -166,33 +154,6 @@ def _written(ctx, rows: list[dict]) -> dict:
                 "bootstrap intervals):\n%s\n%s", len(rows), _recipe(ctx).epochs, metric,
                 "\n".join(f"  {line}" for line in figure_lines(figures)), ctx.run_dir.probe)
     return figures
-
-
-def missing_probe_archs(ctx) -> int:
-    """How many of the run's probe archs the cache lacks."""
-    cache = BaselineCache()
-    return sum(not cache.path(entry.key).exists() for _, entry in probe_entries(ctx))
-
-
-def predictor_ranking(ctx) -> Callable[[ArchEvaluator], Callable[[dict, float], float]]:
-    """What `probe.predictor` gives a run (`SearchContext.predictor`): called with the trained supernet's
-    evaluator, it scores the probe set on it (probe.csv, the figures logged), fits the accuracy predictor on every
-    probe arch and returns arch, inherited metric -> predicted metric. The fit is deterministic for the cached
-    probe set, so a resumed run ranks as the interrupted one did."""
-    from .accuracy_predictor import AccuracyPredictor, arch_features
-
-    def fit(evaluator: ArchEvaluator) -> Callable[[dict, float], float]:
-        scored = _scored(ctx, evaluator, train=False)
-        if scored is None:
-            raise RunDirError("probe.predictor: the probe set left the cache during the run; train it again with "
-                              "`vpunas probe RUN_DIR`")
-        rows, features = scored
-        _written(ctx, rows)
-        predictor = AccuracyPredictor(ctx.config.seed).fit(features, [r[f"standalone_{ctx.task.metric}"] for r in rows])
-        logger.info("ranking archs by the accuracy predictor fitted on %d probe archs (probe.predictor)", len(rows))
-        return lambda arch, inherited: float(predictor.predict(arch_features(ctx.space, arch, inherited))[0])
-
-    return fit
 
 
 #: probe archs needed for the accuracy predictor's held-out figure (one left out, the rest fitted)

@@ -231,7 +231,7 @@ class EvolutionSearch(_SandwichSearch):
             if not self._replayed():
                 self._generation_done(evaluate.records)
 
-        EvolutionStrategy(ctx.space, config, ctx.ranking_key, ctx.config.seed).run(
+        EvolutionStrategy(ctx.space, config, ctx.task.metric, ctx.config.seed).run(
             evaluate_generation=evaluate_generation, on_generation=on_generation)
         bar.close()
         if self._recorded is not None:
@@ -243,19 +243,10 @@ class EvolutionSearch(_SandwichSearch):
 
 
 def _trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
-    """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights (with
-    the accuracy predictor's `predicted_<metric>` beside it when the run has one, `SearchContext.predictor`)."""
+    """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights."""
     trainer = train_supernet(ctx)
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
-    if ctx.predictor is None:
-        return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
-    predict, metric = ctx.predictor(evaluator), ctx.task.metric
-
-    def score(arch: dict) -> dict:
-        record = evaluator.evaluate(arch)
-        return dict(record, **{ctx.ranking_key: round(predict(record["arch"], record[metric]), 4)})
-
-    return evaluator, CachedEvaluator(score, ctx.run_dir.journal, dist=ctx.dist)
+    return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
 
 
 @register_strategy

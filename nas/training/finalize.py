@@ -787,7 +787,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
     _, costs = search.finalize_scope()
     feasible = feasible_records(records, search)
     checkpoint = run_dir.checkpoint_dir / "finalize.pt"
-    choose = lambda n: select_spread(feasible, ctx.ranking_key, n, costs)  # choose(n) holds choose(m), m < n
+    choose = lambda n: select_spread(feasible, task.metric, n, costs)  # choose(n) holds choose(m), m < n
     planned = None if config.screening else _planned_archs(checkpoint)
     candidates = choose(config.screen_archs if config.screening else planned or config.archs)
     if not candidates:
@@ -834,10 +834,6 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
     tau = ranking_fidelity([r[task.metric] for r in chosen], [finals[k][metric] for k in keys])
     logger.info("finalised %d archs in %.0f s; ranking fidelity (Kendall tau, inherited vs finalised val %s): %s",
                 len(chosen), time.perf_counter() - started, task.metric, "n/a" if tau is None else f"{tau:.3f}")
-    if ctx.ranking_key != task.metric:
-        tau = ranking_fidelity([r[ctx.ranking_key] for r in chosen], [finals[k][metric] for k in keys])
-        logger.info("  and of the ranking it chose by (Kendall tau, %s vs finalised val %s): %s", ctx.ranking_key,
-                    task.metric, "n/a" if tau is None else f"{tau:.3f}")
     for record, key in zip(chosen, keys):
         int8 = finals[key].get(f"final_int8_test_{task.metric}")
         logger.info("  id %d: latency %.4f ms, %s %.2f inherited -> %.2f finalised (test %.2f%s)", record["id"],
