@@ -47,12 +47,13 @@ def cpu_time(fn) -> float:
 
 
 def _finalised(run: RunDir) -> tuple[list[dict], str]:
-    """A finished run's finalised rows (val / test metric under `final`, `test`) and its metric."""
+    """A finished run's finalised archs, each once (its last row: a differentiable run's derived arch may also be an
+    earlier epoch's), with val / test metric under `final`, `test`; and the run's metric."""
     rows = read_csv(run.candidates)
     metric = "psnr" if "psnr" in rows[0] else "top1"
-    final = [dict(r, arch=json.loads(r["arch"]), final=float(r[f"final_{metric}"]),
-                  test=float(r[f"final_test_{metric}"])) for r in rows if r[f"final_{metric}"] != ""]
-    return final, metric
+    final = {r["arch"]: dict(r, arch=json.loads(r["arch"]), final=float(r[f"final_{metric}"]),
+                             test=float(r[f"final_test_{metric}"])) for r in rows if r[f"final_{metric}"] != ""}
+    return list(final.values()), metric
 
 
 def handed_over(run_dir: str, against: list[str]) -> list[dict]:

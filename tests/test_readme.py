@@ -145,6 +145,7 @@ README_COMMANDS = {
     "vpunas probe RUN_DIR": None,
     "vpunas probe RUN_DIR [probe.key=value ...]": None,
     "vpunas probe RUN_DIR [probe.archs=24] [probe.epochs=E]": None,
+    "vpunas probe runs/bench_search_quick/seed0/search probe.epochs=1.5": None,  # the results page's measured run
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
     ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,
