@@ -53,9 +53,10 @@ def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
 
 
 def _recipe(ctx):
-    """The run's training recipe for the probe's epochs (default: the finalisation's configured epochs)."""
-    config = ctx.config
-    epochs = config.probe.epochs or config.search.finalize.epochs or matched_epochs(config)[0]
+    """The run's training recipe for the probe's epochs (default: the finalisation's configured epochs; without
+    finalisation, the supernet's)."""
+    config, final = ctx.config, ctx.config.search.finalize
+    epochs = config.probe.epochs or (final.epochs if final.archs else matched_epochs(config)[0])
     return dataclasses.replace(config.train, epochs=float(epochs))
 
 
