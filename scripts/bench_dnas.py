@@ -13,8 +13,7 @@ time (time.process_time) of each, per relaxation, and their ratio (target: at mo
 What a run hands over (`--run`): each finalised arch of a finished differentiable run with its val / test metric,
 its latency on the run's cost model and measured end to end on this machine (OpenVINO, as the run's latency table
 was measured; the run's own measurement where it made one), against the run's `target_ms`. With `--against`, the
-finalised archs of other runs (e.g. the evolution's default run) are measured the same way, in the same rounds,
-and each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it
+finalised archs of other runs (e.g. the evolution's default run) are measured the same way, right after, and each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it
 (at least its test metric, at most its measured latency).
 """
 from __future__ import annotations
@@ -69,13 +68,10 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
     ours, metric = _finalised(run)
     others = [(RunDir(path), *_finalised(RunDir(path))) for path in against]
     groups = [(run, ours)] + [(other, rows) for other, rows, _ in others]
-    spaces = [build_task_and_space(load_config(r.config))[1] for r, _ in groups]
-    # every network of every run in the same interleaved rounds, as the run's table was measured
-    archs = [(space, row["arch"]) for space, (_, rows) in zip(spaces, groups) for row in rows]
-    measured = iter(_measure(archs, cost))
-    for _, rows in groups:
-        for row in rows:
-            row["here_ms"] = next(measured)
+    for group, rows in groups:  # each run's networks interleaved in rounds, as the run's table was measured
+        space = build_task_and_space(load_config(group.config))[1]
+        for row, ms in zip(rows, measure_here(space, cost.table, [r["arch"] for r in rows])):
+            row["here_ms"] = round(float(ms), 4)
     recorded = measured_latencies(run)  # what the run measured at its end, where it did
     out = []
     for row in ours:
@@ -104,19 +100,6 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
                                    f"best at most as slow: arch {best['id']}, test {best[f'test_{metric}']:.2f} at "
                                    f"{best['measured_ms']:.4f} ms") +
                   f"; dominated by {versus['dominated_by'] or 'none'}")
-    return out
-
-
-def _measure(archs: list[tuple], cost: LutCostModel) -> list[float]:
-    """End-to-end latency (ms) here of (space, arch) pairs, as `cost`'s table was measured."""
-    by_space: dict[int, list[int]] = {}
-    for i, (space, _) in enumerate(archs):
-        by_space.setdefault(id(space), []).append(i)
-    out = [0.0] * len(archs)
-    for indices in by_space.values():
-        space = archs[indices[0]][0]
-        for i, ms in zip(indices, measure_here(space, cost.table, [archs[i][1] for i in indices])):
-            out[i] = round(float(ms), 4)
     return out
 
 

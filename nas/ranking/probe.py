@@ -115,7 +115,10 @@ def ranking_stats(ranking: Sequence[float], truth: Sequence[float], resamples: i
 def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
     """(arch, standalone scores) of every probe arch: cached, or (with `train`) trained now and cached; None when
     the cache lacks one and `train` is off."""
-    entries, cache = probe_entries(ctx), BaselineCache()
+    cache = BaselineCache()
+    if not train and not any(cache.folder.glob(f"probe-{ctx.space.family}-*.pt")):
+        return None  # the usual case at a run's end: no probe set of this family, so no archs to draw and cost
+    entries = probe_entries(ctx)
     if not train and not all(cache.path(entry.key).exists() for _, entry in entries):
         return None
     # named by its cache file, so that a checkpoint under RUN_DIR/checkpoint resumes only the same training
