@@ -1,8 +1,7 @@
-"""The cost-model interface every latency source implements, and `load_cost_model` to pick one by name."""
+"""The cost-model interface every latency source implements (`hw_cost.registry` picks one by name)."""
 from __future__ import annotations
 
 import functools
-import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -10,9 +9,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch.nn as nn
 
-from .layers import LayerSpec, extract_layers
+from .layers import LayerSpec, extract_layers, module_for_layer
 
-__all__ = ["Block", "CostModel", "CostModelError", "load_cost_model", "COST_MODEL_KINDS", "layers_as_blocks"]
+__all__ = ["Block", "CostModel", "CostModelError", "layers_as_blocks"]
 
 
 class CostModelError(ValueError):
@@ -45,8 +44,6 @@ def _block_layers(block: Block, dtype: str) -> tuple[LayerSpec, ...]:
 
 def layers_as_blocks(layers: Sequence[LayerSpec]) -> list[Block]:
     """One block per layer, keyed by the layer's signature (for networks that are not from a search space)."""
-    from .profiler import module_for_layer  # torch-side helper; imported here to keep this module light
-
     return [Block(key=layer.signature(), input_shape=layer.in_shape,
                   build=lambda layer=layer: module_for_layer(layer)) for layer in layers]
 
@@ -76,32 +73,3 @@ class CostModel(ABC):
     def model_latency_ms(self, model: nn.Module, input_shape) -> float:
         """Latency of any torch model, through its layer descriptors."""
         return self.latency_ms(layers_as_blocks(extract_layers(model, input_shape, dtype=self.dtype)))
-
-
-def _load_lut(arg: str, **options) -> CostModel:
-    from .lut import LutCostModel
-
-    return LutCostModel.from_file(arg, **options)
-
-
-def _load_vpunn(arg: str, **options) -> CostModel:
-    try:
-        vpunn = importlib.import_module("hw_cost.vpunn")
-    except ImportError as exc:  # pragma: no cover - the package ships with the project
-        raise CostModelError(f"the VPUNN cost model is not available: {exc}") from exc
-    return vpunn.load_vpunn_cost_model(arg, **options)
-
-
-COST_MODEL_KINDS: dict[str, Callable[..., CostModel]] = {"lut": _load_lut, "vpunn": _load_vpunn}
-
-
-def load_cost_model(spec: str, **options) -> CostModel:
-    """Build a cost model from a spec such as "lut:path/to/table.json" or "vpunn:VPU_2_7".
-
-    Keyword options go to the implementation (e.g. `model_dir=`, `dtype=` for VPUNN).
-    """
-    kind, sep, arg = spec.partition(":")
-    if not sep or kind not in COST_MODEL_KINDS or not arg:
-        raise CostModelError(f"unknown cost model {spec!r}; expected one of: "
-                             + ", ".join(f"{k}:..." for k in COST_MODEL_KINDS) + " (e.g. vpunn:VPU_2_7, lut:table.json)")
-    return COST_MODEL_KINDS[kind](arg, **options)

@@ -20,7 +20,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LayerSpec", "extract_layers", "LayerExtractionError", "LAYER_OPS", "ACTIVATIONS"]
+__all__ = ["LayerSpec", "extract_layers", "LayerExtractionError", "LAYER_OPS", "ACTIVATIONS", "module_for_layer"]
 
 #: operations a LayerSpec can name. conv/dwconv/linear/add/maxpool/avgpool run on the DPU; the rest are
 #: SHAVE or data-movement kernels whose cost each cost model documents.
@@ -347,3 +347,54 @@ class _LayerBuilder:
             self._passthrough(node)
         else:
             self._emit(node, op="other", in_shape=self._input_shape(node) or _nchw(shape), detail=name)
+
+
+class _Add(nn.Module):
+    def forward(self, x):
+        return x + x.flip(1)  # two distinct operands of the same shape
+
+
+class _Mul(nn.Module):
+    def forward(self, x):
+        return x * x.flip(1)
+
+
+class _GlobalAvgPool(nn.Module):
+    def forward(self, x):
+        return x.mean((2, 3), keepdim=True)
+
+
+_ACTS = {"none": nn.Identity, "relu": nn.ReLU, "relu6": nn.ReLU6, "leaky_relu": nn.LeakyReLU, "hardswish": nn.Hardswish,
+         "hardsigmoid": nn.Hardsigmoid, "sigmoid": nn.Sigmoid, "silu": nn.SiLU, "gelu": nn.GELU, "tanh": nn.Tanh}
+
+
+def module_for_layer(layer: LayerSpec) -> nn.Module:
+    """A module that performs `layer` (random weights): lets a latency table measure any network layer by layer."""
+    n, c_in, h, w = layer.in_shape
+    c_out = layer.out_shape[1]
+    act = _ACTS[layer.activation]()
+    if layer.op in ("conv", "dwconv"):
+        pt, pb, pl, pr = layer.padding
+        conv = nn.Conv2d(c_in, c_out, layer.kernel, layer.stride, groups=layer.groups, bias=True)
+        pad = nn.ZeroPad2d((pl, pr, pt, pb)) if any(layer.padding) else nn.Identity()
+        return nn.Sequential(pad, conv, act)
+    if layer.op == "linear":
+        return nn.Sequential(nn.Flatten(), nn.Linear(c_in, c_out), act)
+    if layer.op == "add":
+        return nn.Sequential(_Add(), act)
+    if layer.op == "mul":
+        return _Mul()
+    if layer.op in ("maxpool", "avgpool"):
+        pool = nn.MaxPool2d if layer.op == "maxpool" else nn.AvgPool2d
+        return pool(layer.kernel, layer.stride, (layer.padding[0], layer.padding[2]))
+    if layer.op == "global_avgpool":
+        return _GlobalAvgPool()
+    if layer.op == "pixel_shuffle":
+        return nn.PixelShuffle(int(round((c_in / c_out) ** 0.5)))
+    if layer.op == "upsample":
+        return nn.Upsample(size=layer.out_shape[2:], mode="nearest")
+    if layer.op == "batchnorm":
+        return nn.Sequential(nn.BatchNorm2d(c_in), act)
+    if layer.op == "act":
+        return act
+    raise LayerExtractionError(f"cannot build a module to measure layer {layer.name!r} (op {layer.op}, {layer.detail})")

@@ -16,6 +16,7 @@ import numpy as np
 
 from .cost_model import Block, CostModel, CostModelError
 from .profiler import MeasureSettings, OpenVinoProfiler
+from .registry import register_cost_model
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,9 @@ class LutCostModel(CostModel):
                 entry = self._measure(block)
             out[i] = entry["median_ms"]
         return out if self.correction is None else out * self.correction.scale
+
+
+register_cost_model("lut")(LutCostModel.from_file)  # specs "lut:<table.json>"
 
 
 def collect_latency_table(blocks: Sequence[Block], network_input_shape, settings: MeasureSettings,

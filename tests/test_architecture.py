@@ -1,6 +1,7 @@
 """The one-way rules (docs/architecture.md), checked by import-linter with the contracts in pyproject.toml (in a
 process of its own: it reconfigures logging): between the packages, `nas` -> `search_spaces` -> `hw_cost` | `tasks`;
-inside `nas`, between its rooms, from `cli` down to the core."""
+inside `nas`, between its rooms, from `cli` down to the core; inside `hw_cost`, from the cost models down to the
+layer descriptors."""
 import subprocess
 import sys
 from pathlib import Path
@@ -12,4 +13,17 @@ def test_packages_import_one_way_only():
     proc = subprocess.run([str(Path(sys.executable).parent / "lint-imports")], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "2 kept, 0 broken" in proc.stdout
+    assert "3 kept, 0 broken" in proc.stdout
+
+
+def test_cost_models_register_by_kind():
+    """Every cost model kind is registered once `hw_cost` is imported; a kind cannot be taken twice."""
+    import pytest
+
+    from hw_cost import COST_MODEL_KINDS, CostModelError, load_cost_model, register_cost_model
+
+    assert set(COST_MODEL_KINDS) == {"lut", "vpunn"}
+    with pytest.raises(ValueError, match="'lut' is taken by LutCostModel.from_file"):
+        register_cost_model("lut")(lambda arg, **options: None)
+    with pytest.raises(CostModelError, match=r"unknown cost model 'oracle:x'; expected one of: lut:\.\.\., vpunn:"):
+        load_cost_model("oracle:x")

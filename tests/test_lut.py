@@ -9,7 +9,8 @@ import torch.nn as nn
 
 from hw_cost import Block, CostModelError, LayerSpec, load_cost_model
 from hw_cost.lut import FORMAT_VERSION, LatencyTable, LutCostModel, collect_latency_table
-from hw_cost.profiler import MeasureSettings, module_for_layer
+from hw_cost.layers import module_for_layer
+from hw_cost.profiler import MeasureSettings
 from conftest import CONFIGS
 from nas.config import load_config
 

@@ -11,7 +11,7 @@ import torchvision
 
 import hw_cost.vpunn.paths as vpaths
 from hw_cost import Block, CostModelError, LayerSpec, extract_layers, load_cost_model
-from hw_cost.vpunn import Operation, VpunnCostModel, VpunnError, dpu_layer, load_vpunn_cost_model
+from hw_cost.vpunn import DdrPolicy, Operation, VpunnCostModel, VpunnError, dpu_layer, load_vpunn_cost_model
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from conftest import VPUNN_VECTORS
 
@@ -186,7 +186,9 @@ def test_tensors_too_big_for_cmx_pay_ddr_transfers():
     assert any(r.startswith("dpu-split") and r.endswith("+ddr") for r in rules) and "memory-bound+ddr" in rules
     small = extract_layers(sr_net(), (1, 3, 28, 28))
     assert auto.network_cost(small).total_cycles == on_chip.network_cost(small).total_cycles
-    with pytest.raises(VpunnError, match="activations_in_ddr"):
+    assert load_vpunn_cost_model("VPU_2_7", activations_in_ddr="never").activations_in_ddr is DdrPolicy.NEVER
+    assert load_vpunn_cost_model("VPU_2_7", activations_in_ddr=True).activations_in_ddr is DdrPolicy.ALWAYS
+    with pytest.raises(VpunnError, match="activations_in_ddr must be one of auto, always, never"):
         load_vpunn_cost_model("VPU_2_7", activations_in_ddr="sometimes")
 
 

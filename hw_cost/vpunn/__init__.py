@@ -23,17 +23,18 @@ from .enums import (ActivationFunction, DataType, DMADirection, ExecutionMode, I
                     Swizzling, VPUDevice, VPUTilingStrategy)
 from .errors import ERROR_CODES, VpunnError, error_name, is_error
 from .layer import LayerModel, LayerRequest, LayerResult, TileResult, dpu_layer
-from .network import COST_MODEL_OPTIONS, DEVICE_MODELS, LayerCost, NetworkCost, VpunnCostModel, load_vpunn_cost_model
+from .network import (DEVICE_MODELS, DdrPolicy, LayerCost, NetworkCost, VpunnCostModel, VpunnOptions,
+                      load_vpunn_cost_model)
 from .paths import ENV_VAR, find_model_dir, resolve_model_file
 from .reader import VpunnNetwork, parse_model_name, read_vpunn
 from .workload import DPUWorkload, workload_from_row
 
 __all__ = [
-    "ActivationFunction", "COST_MODEL_OPTIONS", "DataType", "device_config", "DEVICE_MODELS", "DeviceConfig",
+    "ActivationFunction", "DataType", "DdrPolicy", "device_config", "DEVICE_MODELS", "DeviceConfig",
     "DEVICES", "dma_npu40_50_workload_from_row", "dma_workload_from_row", "DMADirection", "DmaModel", "DMAWorkload",
     "DMAWorkloadNPU40_50", "dpu_layer", "DpuModel", "DPUWorkload", "ENV_VAR", "ERROR_CODES", "error_name",
     "ExecutionMode", "find_model_dir", "is_error", "ISIStrategy", "LayerCost", "LayerModel", "LayerRequest",
     "LayerResult", "Layout", "load_vpunn_cost_model", "NetworkCost", "Operation", "parse_model_name", "read_vpunn",
     "resolve_model_file", "Swizzling", "theoretical_dma_cycles", "TileResult", "VPUDevice", "VpunnCostModel",
-    "VpunnError", "VpunnNetwork", "VPUTilingStrategy", "workload_from_row",
+    "VpunnError", "VpunnNetwork", "VpunnOptions", "VPUTilingStrategy", "workload_from_row",
 ]

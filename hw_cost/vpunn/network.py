@@ -43,7 +43,8 @@ Tiles per layer default to the product's tile count: 1 on VPU 2.0 (with 5 DPUs),
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
@@ -52,6 +53,7 @@ import torch.nn as nn
 
 from ..cost_model import Block, CostModel
 from ..layers import LayerSpec, extract_layers
+from ..registry import register_cost_model
 from .devices import device_config
 from .dma import DmaModel, theoretical_dma_cycles
 from .dpu import DpuModel
@@ -66,7 +68,7 @@ from .theoretical import theoretical_cycles
 from .workload import F, DPUWorkload, workloads_to_matrix
 
 __all__ = ["VpunnCostModel", "LayerCost", "NetworkCost", "load_vpunn_cost_model", "read_model_cached",
-           "COST_MODEL_OPTIONS", "DEVICE_MODELS"]
+           "DdrPolicy", "DEVICE_MODELS", "VpunnOptions"]
 
 log = logging.getLogger(__name__)
 
@@ -86,21 +88,76 @@ _ACTIVATIONS = {"none": ActivationFunction.NONE, "relu": ActivationFunction.RELU
 _DPU_OPS = ("conv", "dwconv", "linear", "add", "maxpool", "avgpool")
 _MAX_SPLIT_ROUNDS = 6
 
-#: options of `load_vpunn_cost_model`, with their meaning (unknown options are rejected)
-COST_MODEL_OPTIONS = {
-    "model_dir": "folder of .vpunn files (default: $VPUNAS_VPUNN_DIR, else the files shipped with vpunas)",
-    "dtype": "'uint8' (default) or 'fp16': the precision extract_layers gives the layers",
-    "fast": "use the .fast model file (same as the '.fast' suffix)",
-    "n_tiles": "tiles per layer (default 1 on VPU 2.0, 2 on VPU 2.7, 6 on VPU 4.0, 3 on NPU 5.0)",
-    "n_dpu": "the layer model's nDPU argument (default 5 on VPU 2.0, else 1)",
-    "strategy": "AUTO_MIN (default), NONE, SOHO or SOK; from VPU 4.0 on also SOW or SOHO_K_SWITCH",
-    "weights_dma": "add the weights DMA of every layer (prefetching off); default False",
-    "activations_in_ddr": "'auto' (default): tensors that do not fit CMX go through DDR; True: every DPU "
-                          "layer's input and output; False: none",
-    "dma": "'theoretical' (default) or 'nn' (the device's DMA network: dma_2_7, dma_4_0 or dmann_5_0) for those "
-           "transfers",
-    "blas_threads": "BLAS threads of the NN pass (default 1, robust on shared cores; None: the library's)",
-}
+class DdrPolicy(str, Enum):
+    """Where the activations of DPU layers live (see the module docstring)."""
+
+    AUTO = "auto"      #: tensors that do not fit the CMX of the layer's tiles go through DDR
+    ALWAYS = "always"  #: every DPU layer's input and output
+    NEVER = "never"    #: none: every tensor is assumed in CMX (as before spills were modelled)
+
+    @classmethod
+    def parse(cls, value) -> "DdrPolicy":
+        """A policy from its name, or from True (ALWAYS) / False (NEVER)."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, bool):
+            return cls.ALWAYS if value else cls.NEVER
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise VpunnError(f"activations_in_ddr must be one of {', '.join(p.value for p in cls)} (or true / false), "
+                             f"not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class VpunnOptions:
+    """The options of a VPUNN cost model (`load_vpunn_cost_model(spec, **options)`; unknown ones are rejected).
+
+    Args:
+        model_dir: folder of .vpunn files (default: $VPUNAS_VPUNN_DIR, else the files shipped with vpunas).
+        dtype: "uint8" or "fp16": the precision `extract_layers` gives the layers.
+        fast: use the .fast model file (same as the ".fast" suffix of the spec).
+        n_tiles: tiles per layer (None: 1 on VPU 2.0, 2 on VPU 2.7, 6 on VPU 4.0, 3 on NPU 5.0).
+        n_dpu: the layer model's nDPU argument (None: 5 on VPU 2.0, else 1).
+        strategy: tiling strategy: AUTO_MIN (the best of the device's), NONE, SOHO or SOK; from VPU 4.0 on also
+            SOW or SOHO_K_SWITCH.
+        weights_dma: add the weights DMA of every layer (prefetching off).
+        activations_in_ddr: a `DdrPolicy` (or its name, or true / false).
+        dma: "theoretical" or "nn" (the device's DMA network: dma_2_7, dma_4_0 or dmann_5_0) for DMA transfers.
+        blas_threads: BLAS threads of the NN pass (1 is robust on shared cores; None: the library's).
+    """
+
+    model_dir: str | None = None
+    dtype: str = "uint8"
+    fast: bool = False
+    n_tiles: int | None = None
+    n_dpu: int | None = None
+    strategy: str = "AUTO_MIN"
+    weights_dma: bool = False
+    activations_in_ddr: DdrPolicy = DdrPolicy.AUTO
+    dma: str = "theoretical"
+    blas_threads: int | None = 1
+
+    def __post_init__(self):
+        if self.dtype not in ("uint8", "fp16"):
+            raise VpunnError(f"dtype must be 'uint8' or 'fp16', not {self.dtype!r}")
+        if self.dma not in ("theoretical", "nn"):
+            raise VpunnError(f"dma must be 'theoretical' or 'nn', not {self.dma!r}")
+        object.__setattr__(self, "activations_in_ddr", DdrPolicy.parse(self.activations_in_ddr))
+
+    @classmethod
+    def from_options(cls, options: dict) -> "VpunnOptions":
+        """The options given by name, unknown names refused with the list of valid ones."""
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(valid))
+        if unknown:
+            raise VpunnError(f"unknown vpunn cost-model option(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        return cls(**options)
+
+    @property
+    def tiling_strategy(self) -> VPUTilingStrategy:
+        return parse_enum(VPUTilingStrategy, str(self.strategy).upper(), "strategy", _STRATEGY_ALIASES)
+
 
 _NETWORK_CACHE: dict[tuple[str, int, int], VpunnNetwork] = {}
 
@@ -191,42 +248,32 @@ class VpunnCostModel(CostModel):
         device: VPU_2_0, VPU_2_7, VPU_4_0 or NPU_5_0.
         dpu: the DPU model (vpu_2_x[.fast].vpunn, vpu_4_0.vpunn, vpu_5_1.vpunn).
         name: the spec recorded with results, e.g. "vpunn:VPU_2_7".
-        dtype: "uint8" or "fp16", the precision layers are extracted with.
-        n_tiles / n_dpu: arguments of the layer model (defaults: the reference configurations).
-        strategy: a VPUTilingStrategy; AUTO_MIN takes the best of the device's strategies.
+        options: `VpunnOptions` (dtype, tiles and DPUs of the layer model, tiling strategy, weights DMA, where
+            activations live); those that choose files (`model_dir`, `fast`, `dma`, `blas_threads`) are the loader's.
         dma: DmaModel for the DMA terms, None for the theoretical DMA model.
-        weights_dma: add the weights DMA of every DPU layer.
-        activations_in_ddr: "auto" (tensors that do not fit CMX pay DDR transfers, see the module docstring),
-            True (every DPU layer's input and output) or False (none).
     """
 
-    def __init__(self, device: VPUDevice, dpu: DpuModel, *, name: str = "", dtype: str = "uint8",
-                 n_tiles: int | None = None, n_dpu: int | None = None,
-                 strategy: VPUTilingStrategy = VPUTilingStrategy.AUTO_MIN, dma: DmaModel | None = None,
-                 weights_dma: bool = False, activations_in_ddr: bool | str = "auto"):
-        if dtype not in ("uint8", "fp16"):
-            raise VpunnError(f"dtype must be 'uint8' or 'fp16', not {dtype!r}")
+    def __init__(self, device: VPUDevice, dpu: DpuModel, *, name: str = "", options: VpunnOptions = VpunnOptions(),
+                 dma: DmaModel | None = None):
         self.device = VPUDevice(device)
         self.config = device_config(self.device)
         tiles, dpus = _DEFAULT_TILES[self.device]
-        self.n_tiles = int(n_tiles or tiles)
-        self.n_dpu = int(n_dpu or dpus)
+        self.n_tiles = int(options.n_tiles or tiles)
+        self.n_dpu = int(options.n_dpu or dpus)
         if self.n_tiles < 1 or self.n_dpu < 1:
             raise VpunnError(f"n_tiles and n_dpu must be at least 1 (got {self.n_tiles}, {self.n_dpu})")
         if self.n_tiles > max(self.config.owt_options):  # the layer model's broadcast limit
             raise VpunnError(f"the {self.device.name} layer model supports at most {max(self.config.owt_options)} "
                              f"tile(s), not {self.n_tiles}")
         self.name = name or f"vpunn:{self.device.name}"
-        self.dtype = dtype
-        self.strategy = VPUTilingStrategy(strategy)
+        self.dtype = options.dtype
+        self.strategy = options.tiling_strategy
         valid = tiling_strategies(self.device)
         if self.strategy != VPUTilingStrategy.AUTO_MIN and self.strategy not in valid:
             raise VpunnError(f"strategy {self.strategy.name} is not one of {self.device.name}'s: AUTO_MIN, "
                              + ", ".join(s.name for s in valid))
-        self.weights_dma = bool(weights_dma)
-        if activations_in_ddr not in ("auto", True, False):
-            raise VpunnError(f"activations_in_ddr must be 'auto', True or False, not {activations_in_ddr!r}")
-        self.activations_in_ddr = activations_in_ddr
+        self.weights_dma = bool(options.weights_dma)
+        self.activations_in_ddr = options.activations_in_ddr
         self.layer_model = LayerModel(dpu, dma)
         self._layer_cache: dict[tuple, tuple[int, str, str, str]] = {}
         self._dpu_cache: dict[DPUWorkload, tuple[int, str, str]] = {}
@@ -304,8 +351,8 @@ class VpunnCostModel(CostModel):
         out = self._bytes(spec.out_shape, spec.dtype)
         read = {"concat": out, "mul": self._bytes(spec.in_shape, spec.dtype) + out}.get(
             spec.op, self._bytes(spec.in_shape, spec.dtype))
-        in_ddr = self.activations_in_ddr is True or (
-            self.activations_in_ddr == "auto" and read + out > self.n_tiles * self.config.cmx_bytes)
+        in_ddr = self.activations_in_ddr is DdrPolicy.ALWAYS or (
+            self.activations_in_ddr is DdrPolicy.AUTO and read + out > self.n_tiles * self.config.cmx_bytes)
         if not in_ddr:
             return _Plan([], self._memory_cycles(read + out), "memory-bound")
         ddr = int(theoretical_dma_cycles(self.device, read, DMADirection.DDR2CMX)
@@ -376,7 +423,7 @@ class VpunnCostModel(CostModel):
 
     def _requests(self, layers: Sequence[DPUWorkload], split: bool = False) -> list[LayerRequest]:
         """Layer-model calls; `split` pieces of a layer too big for CMX have their tensors in DDR ("auto")."""
-        ddr = self.activations_in_ddr is True or (split and self.activations_in_ddr == "auto")
+        ddr = self.activations_in_ddr is DdrPolicy.ALWAYS or (split and self.activations_in_ddr is DdrPolicy.AUTO)
         return [LayerRequest(lay, self.strategy, self.n_dpu, self.n_tiles, ddr, ddr, not self.weights_dma)
                 for lay in layers]
 
@@ -408,7 +455,7 @@ class VpunnCostModel(CostModel):
                 res = [next(results) for _ in ps]
                 k, h = pending[lay]
                 if all(r.valid for r in res):
-                    ddr = "+ddr" if self.activations_in_ddr is not False else ""
+                    ddr = "+ddr" if self.activations_in_ddr is not DdrPolicy.NEVER else ""
                     self._dpu_cache[lay] = (sum(r.cycles for r in res), f"dpu-split {k}x{h}{ddr}",
                                             res[0].strategy.name)
                 elif any(self._too_big(r) for r in res) and h < lay.out_h:
@@ -491,17 +538,15 @@ class VpunnCostModel(CostModel):
                 for h_in, o, top, bottom in rows for c in chunks]
 
 
+@register_cost_model("vpunn")
 def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
     """A VpunnCostModel from a spec argument: a device of `DEVICE_MODELS` ("VPU_2_7", "VPU_2_0", "VPU_4_0",
     "NPU_5_0"), a ".fast" variant where Intel publishes one ("VPU_2_7.fast", "VPU_2_0.fast"), or a path to a DPU
     `.vpunn` file (its input interface names the device: 10 VPU 2.0, 11 VPU 2.7, 4011 VPU 4.0, 5114 NPU 5.0).
-    Options: see `COST_MODEL_OPTIONS`.
+    Options: the fields of `VpunnOptions`.
     """
-    unknown = sorted(set(options) - set(COST_MODEL_OPTIONS))
-    if unknown:
-        raise VpunnError(f"unknown vpunn cost-model option(s) {', '.join(unknown)}; valid: "
-                         + ", ".join(COST_MODEL_OPTIONS))
-    fast = bool(options.get("fast", False))
+    opts = VpunnOptions.from_options(options)
+    fast = opts.fast
     spec = arg.strip()
     name = spec.upper().replace(".FAST", ".fast")
     if name.endswith(".fast"):
@@ -512,28 +557,20 @@ def load_vpunn_cost_model(arg: str, **options) -> VpunnCostModel:
         dpu_key += ".fast" if fast else ""
         if dpu_key not in MODEL_FILES:
             raise VpunnError(f"Intel publishes no .fast model for {name}; valid: {valid}")
-        path = resolve_model_file(MODEL_FILES[dpu_key], options.get("model_dir"))
+        path = resolve_model_file(MODEL_FILES[dpu_key], opts.model_dir)
         label = f"vpunn:{dpu_key}"
     elif spec.endswith(".vpunn"):
-        path = resolve_model_file(spec, options.get("model_dir"))
+        path = resolve_model_file(spec, opts.model_dir)
         device = None
         label = f"vpunn:{path.name}"
     else:
         raise VpunnError(f"unknown VPUNN model {arg!r}; valid: {valid} or a .vpunn file path")
-    dpu = DpuModel(read_model_cached(path), blas_threads=options.get("blas_threads", 1))
+    dpu = DpuModel(read_model_cached(path), blas_threads=opts.blas_threads)
     if device is None:
         if dpu.version not in _INTERFACE_DEVICES:
             raise VpunnError(f"{path.name}: input interface {dpu.version} belongs to no supported device")
         device = _INTERFACE_DEVICES[dpu.version]
-    strategy = parse_enum(VPUTilingStrategy, str(options.get("strategy", "AUTO_MIN")).upper(), "strategy",
-                          _STRATEGY_ALIASES)
-    dma_kind = str(options.get("dma", "theoretical"))
-    if dma_kind not in ("theoretical", "nn"):
-        raise VpunnError(f"dma must be 'theoretical' or 'nn', not {dma_kind!r}")
     dma_key = DEVICE_MODELS[device.name][2]
-    dma = DmaModel(read_model_cached(resolve_model_file(MODEL_FILES[dma_key], options.get("model_dir")))) \
-        if dma_kind == "nn" else None
-    return VpunnCostModel(device, dpu, name=label, dtype=options.get("dtype", "uint8"),
-                          n_tiles=options.get("n_tiles"), n_dpu=options.get("n_dpu"), strategy=strategy, dma=dma,
-                          weights_dma=options.get("weights_dma", False),
-                          activations_in_ddr=options.get("activations_in_ddr", "auto"))
+    dma = DmaModel(read_model_cached(resolve_model_file(MODEL_FILES[dma_key], opts.model_dir))) \
+        if opts.dma == "nn" else None
+    return VpunnCostModel(device, dpu, name=label, options=opts, dma=dma)
