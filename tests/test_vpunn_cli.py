@@ -46,10 +46,15 @@ def test_vpunn_dpu(tmp_path, device, model):
     assert run("vpunn", "dpu", model, str(VECTORS / "vpunn_dpu.csv"), "-o", str(out), "--device", device) == 0
     ref = [r for r in read(VECTORS / "vpunn_dpu.csv") if r["device"] == device]
     got = read(out)
-    assert list(got[0]) == ["id", "cycles", "error"]
+    assert list(got[0]) == ["id", "cycles", "error", "rule"]
     assert [g["id"] for g in got] == [r["id"] for r in ref]
     column = "cycles_fast" if ".fast" in model else "cycles"
     assert [g["error"] for g in got] == [r["error_fast" if ".fast" in model else "error"] for r in ref]
+    # a rule where the runtime's validation refused the workload, none where it costed it
+    refused = {"ERROR_INVALID_INPUT_CONFIGURATION", "ERROR_INVALID_INPUT_DEVICE", "ERROR_INVALID_INPUT_OPERATION",
+               "ERROR_INPUT_TOO_BIG"}
+    assert any(g["error"] in refused for g in got)
+    assert all(bool(g["rule"]) == (g["error"] in refused) for g in got)
     diff = np.array([abs(int(g["cycles"]) - int(r[column])) for g, r in zip(got, ref)])
     extrapolated = np.array([r["linear_extrapolated"] == "1" for r in ref])
     assert (diff[~extrapolated] <= np.maximum(1, 1e-5 * np.array([int(r[column]) for r in ref]))[~extrapolated]).all()

@@ -14,7 +14,7 @@ from hw_cost.vpunn.dpu import UnencodableWorkload
 from hw_cost.vpunn.errors import ERROR_CODES, is_error
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
-from hw_cost.vpunn.sanitizer import check, sanitize
+from hw_cost.vpunn.sanitizer import broken_rules, check, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, workloads_to_matrix
 from conftest import VPUNN_VECTORS, assert_descriptors_bit_exact
@@ -89,6 +89,19 @@ def _conv(device=VPUDevice.VPU_2_7, **kw) -> DPUWorkload:
         base.update(in_layout=Layout.ZMAJOR, out_layout=Layout.ZMAJOR, execution_mode=ExecutionMode.MATRIX)
     base.update(kw)
     return DPUWorkload(**base)
+
+
+def test_broken_rules_name_the_rule_an_invalid_workload_breaks():
+    """Each workload below breaks one validity rule; `check` refuses it and `broken_rules` says which."""
+    cases = {"": _conv(), "kernel size": _conv(k_w=16, k_h=16), "padding": _conv(pad_top=2),
+             "stride": _conv(s_w=9), "output width": _conv(out_w=15), "output height": _conv(out_h=12),
+             "output channels": _conv(out_c=40), "input channels": _conv(in_c=24), "batch": _conv(out_b=2),
+             "sparsity": _conv(act_sparsity=1.5), "CMX size": _conv(in_w=256, in_h=256, out_w=256, out_h=256,
+                                                                    in_c=512, out_c=512),
+             "ISI strategy": _conv(isi_strategy=ISIStrategy.SPLIT_OVER_K)}
+    matrix = sanitize(workloads_to_matrix(list(cases.values())))
+    assert broken_rules(matrix) == list(cases)
+    assert [bool(code) for code in check(matrix)] == [bool(rule) for rule in cases]
 
 
 def test_v11_adapter_rules():

@@ -25,7 +25,7 @@ from .errors import (ERROR_INPUT_TOO_BIG, ERROR_INVALID_INPUT_CONFIGURATION, ERR
                      ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION, VpunnError)
 from .workload import F
 
-__all__ = ["sanitize", "layer_fixups", "check", "cmx_required", "weights_bytes", "dtype_bytes", "PAGE", "CONTEXTS"]
+__all__ = ["sanitize", "layer_fixups", "check", "broken_rules", "RULES", "cmx_required", "weights_bytes", "dtype_bytes", "PAGE", "CONTEXTS"]
 
 _DTYPE = int_codes(DataType)
 _ISI = int_codes(ISIStrategy)
@@ -115,12 +115,23 @@ def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None)
         strategy: for "layer", the VPUTilingStrategy per row (scalar or array).
         n_tiles: for "layer", the tile count per row (scalar or array); the caller sets owt to it.
     """
+    return check_rows(*_per_row(m, context, strategy, n_tiles))
+
+
+def broken_rules(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None) -> list[str]:
+    """The first rule of `RULES` each row breaks ("" where it breaks none): why `check` calls a row invalid.
+    Arguments as `check`."""
+    return [RULES[c - 1] if c else "" for c in _failed_rules(*_per_row(m, context, strategy, n_tiles))]
+
+
+def _per_row(m, context: str, strategy, n_tiles) -> tuple:
+    """The arguments of the compiled row loops: the matrix, the context's code, strategy and tiles per row."""
     if context not in CONTEXTS:
         raise VpunnError(f"unknown check context {context!r}; valid: {', '.join(CONTEXTS)}")
     m = as_matrix(m)
     per_row = lambda v: np.ascontiguousarray(np.broadcast_to(np.asarray(v, np.int64), (len(m),)))  # noqa: E731
-    return check_rows(m, CONTEXTS[context], per_row(0 if strategy is None else strategy),
-                      per_row(1 if n_tiles is None else n_tiles))
+    return (m, CONTEXTS[context], per_row(0 if strategy is None else strategy),
+            per_row(1 if n_tiles is None else n_tiles))
 
 
 def cmx_required(m: np.ndarray) -> np.ndarray:
@@ -419,93 +430,162 @@ def _mult16(c, hi) -> bool:
     return c % 16 == 0 and 16 <= c <= hi
 
 
+#: the rules `failed_rule` checks, in order; a rule's code is its index + 1 (0: every rule holds). The first three
+#: have error codes of their own (`check_row`), the configuration rules share one.
+RULES = ("device", "operation", "CMX size", "output write tiles", "ISI strategy", "kernel size", "padding", "stride",
+         "input size", "output width", "output height", "batch", "output channels", "input channels", "data types",
+         "layouts", "execution mode", "sparsity")
+_RULE_DEVICE, _RULE_OPERATION, _RULE_CMX = 1, 2, 3
+
+
 @njit(cache=True)
 def check_row(row, context, strategy, n_tiles) -> int:
     """`check` of one row: error code, 0 if valid. `strategy` and `n_tiles` count in the "layer" context only."""
-    dev, op = int_field(row, F.device), int_field(row, F.operation)
-    if dev != _V20 and dev != _V27 and dev != _V40 and dev != _V50:
-        return ERROR_INVALID_INPUT_DEVICE
-    if not (member(op, (_CONV, _DW, _ELT, _MAXPOOL, _CM)) or (dev == _V50 and member(op, (_ELT_MUL, _LNORM,
-                                                                                            _AVEPOOL)))):
-        return ERROR_INVALID_INPUT_OPERATION
-    layer = context == _LAYER
-    if not layer and cmx_required_row(row) > _CMX_BY_DEVICE[dev]:
-        return ERROR_INPUT_TOO_BIG
-    if _valid(row, context, strategy, n_tiles):
+    rule = failed_rule(row, context, strategy, n_tiles)
+    if rule == 0:
         return 0
-    return ERROR_INVALID_LAYER_CONFIGURATION if layer else ERROR_INVALID_INPUT_CONFIGURATION
+    if rule == _RULE_DEVICE:
+        return ERROR_INVALID_INPUT_DEVICE
+    if rule == _RULE_OPERATION:
+        return ERROR_INVALID_INPUT_OPERATION
+    if rule == _RULE_CMX:
+        return ERROR_INPUT_TOO_BIG
+    return ERROR_INVALID_LAYER_CONFIGURATION if context == _LAYER else ERROR_INVALID_INPUT_CONFIGURATION
 
 
 @njit(cache=True)
-def _valid(row, context, strategy, n_tiles) -> bool:
-    """The configuration rules of one row of a known device and operation."""
+def failed_rule(row, context, strategy, n_tiles) -> int:
+    """The code of the first rule of `RULES` that one row breaks, 0 if it breaks none."""
     dev, op = int_field(row, F.device), int_field(row, F.operation)
-    v20, v50 = dev == _V20, dev == _V50
-    npu = dev == _V40 or v50
+    if dev != _V20 and dev != _V27 and dev != _V40 and dev != _V50:
+        return _RULE_DEVICE
+    if not (member(op, (_CONV, _DW, _ELT, _MAXPOOL, _CM)) or (dev == _V50 and member(op, (_ELT_MUL, _LNORM,
+                                                                                            _AVEPOOL)))):
+        return _RULE_OPERATION
+    if context != _LAYER and cmx_required_row(row) > _CMX_BY_DEVICE[dev]:
+        return _RULE_CMX
+    checks = (_write_tiles_ok(row), _isi_ok(row, context), _kernel_ok(row), _padding_ok(row), _stride_ok(row, context),
+              _input_size_ok(row, context, strategy, n_tiles), _output_width_ok(row),
+              _output_height_ok(row, context, strategy), _batch_ok(row),
+              _output_channels_ok(row, context, strategy, n_tiles), _input_channels_ok(row, context, strategy, n_tiles),
+              _dtypes_ok(row), _layouts_ok(row), _execution_mode_ok(row, context), _sparsity_ok(row))
+    for i, ok in enumerate(checks):
+        if not ok:
+            return _RULE_CMX + 1 + i
+    return 0
+
+
+# -- the configuration rules of one row of a known device and operation ----------------------------------------
+
+@njit(cache=True)
+def _split_dims(context, strategy):
+    """Whether a layer is split over channels, H or W (only in the "layer" context)."""
     layer = context == _LAYER
-    split_c = layer and member(strategy, _SPLIT_C)
-    split_h = layer and member(strategy, _SPLIT_H)
-    split_w = layer and member(strategy, _SPLIT_W)
-    scale_c = n_tiles if split_c else 1
-    is_elt = op == _ELT
+    return layer and member(strategy, _SPLIT_C), layer and member(strategy, _SPLIT_H), layer and member(strategy,
+                                                                                                         _SPLIT_W)
 
-    owt, isi = int_field(row, F.output_write_tiles), int_field(row, F.isi_strategy)
-    if not (owt == 1 if v20 else _in_range(owt, 1, 8 if npu else 2)):
-        return False
-    if v20:
-        if isi != _ISI.CLUSTERING:
-            return False
-    elif layer:
-        if not _in_range(isi, 0, 2) or (v50 and isi == _ISI.SPLIT_OVER_H):
-            return False
-    elif not (isi == _ISI.CLUSTERING or (isi == _ISI.SPLIT_OVER_H and not v50)
-              or (isi == _ISI.SPLIT_OVER_K and owt > 1)):  # SPLIT_OVER_H is gone on 5.0
-        return False
 
-    kw, kh, sw, sh = int_field(row, F.k_w), int_field(row, F.k_h), int_field(row, F.s_w), int_field(row, F.s_h)
-    pt, pb = int_field(row, F.pad_top), int_field(row, F.pad_bottom)
-    pl, pr = int_field(row, F.pad_left), int_field(row, F.pad_right)
-    max_k = 1 if is_elt else MAX_KERNEL
-    if not (_in_range(kw, 1, max_k) and _in_range(kh, 1, max_k)):
-        return False
-    if not (_in_range(pt, 0, kh // 2) and _in_range(pb, 0, kh // 2) and _in_range(pl, 0, kw // 2)
-            and _in_range(pr, 0, kw // 2)):
-        return False
-    max_s = 1 if is_elt else MAX_STRIDE
-    win, hin = int_field(row, F.in_w), int_field(row, F.in_h)
-    wout, hout = int_field(row, F.out_w), int_field(row, F.out_h)
-    if layer:
-        if not (_in_range(sw, 1, min(max_s, win + pl + pr)) and _in_range(sh, 1, min(max_s, hin + pt + pb))):
-            return False
-    elif not (_in_range(sw, 1, max_s) and _in_range(sh, 1, max_s)):
-        return False
+@njit(cache=True)
+def _write_tiles_ok(row) -> bool:
+    dev, owt = int_field(row, F.device), int_field(row, F.output_write_tiles)
+    return owt == 1 if dev == _V20 else _in_range(owt, 1, 8 if dev == _V40 or dev == _V50 else 2)
 
-    # a layer split along W / H needs one more input column / row and may be nTiles times as large there
-    if not (_in_range(win, max(1, kw - (pl + pr) + split_w), MAX_DIM * (n_tiles if split_w else 1))
-            and _in_range(hin, max(1, kh - (pt + pb) + split_h), MAX_DIM * (n_tiles if split_h else 1))):
-        return False
-    if wout != _out_size(win, pl, pr, kw, sw):
-        return False
+
+@njit(cache=True)
+def _isi_ok(row, context) -> bool:
+    dev, owt, isi = int_field(row, F.device), int_field(row, F.output_write_tiles), int_field(row, F.isi_strategy)
+    v50 = dev == _V50
+    if dev == _V20:
+        return isi == _ISI.CLUSTERING
+    if context == _LAYER:
+        return _in_range(isi, 0, 2) and not (v50 and isi == _ISI.SPLIT_OVER_H)
+    return (isi == _ISI.CLUSTERING or (isi == _ISI.SPLIT_OVER_H and not v50)
+            or (isi == _ISI.SPLIT_OVER_K and owt > 1))  # SPLIT_OVER_H is gone on 5.0
+
+
+@njit(cache=True)
+def _kernel_ok(row) -> bool:
+    max_k = 1 if int_field(row, F.operation) == _ELT else MAX_KERNEL
+    return _in_range(int_field(row, F.k_w), 1, max_k) and _in_range(int_field(row, F.k_h), 1, max_k)
+
+
+@njit(cache=True)
+def _padding_ok(row) -> bool:
+    kw, kh = int_field(row, F.k_w), int_field(row, F.k_h)
+    return (_in_range(int_field(row, F.pad_top), 0, kh // 2) and _in_range(int_field(row, F.pad_bottom), 0, kh // 2)
+            and _in_range(int_field(row, F.pad_left), 0, kw // 2)
+            and _in_range(int_field(row, F.pad_right), 0, kw // 2))
+
+
+@njit(cache=True)
+def _stride_ok(row, context) -> bool:
+    sw, sh = int_field(row, F.s_w), int_field(row, F.s_h)
+    max_s = 1 if int_field(row, F.operation) == _ELT else MAX_STRIDE
+    if context == _LAYER:
+        win = int_field(row, F.in_w) + int_field(row, F.pad_left) + int_field(row, F.pad_right)
+        hin = int_field(row, F.in_h) + int_field(row, F.pad_top) + int_field(row, F.pad_bottom)
+        return _in_range(sw, 1, min(max_s, win)) and _in_range(sh, 1, min(max_s, hin))
+    return _in_range(sw, 1, max_s) and _in_range(sh, 1, max_s)
+
+
+@njit(cache=True)
+def _input_size_ok(row, context, strategy, n_tiles) -> bool:
+    """A layer split along W / H needs one more input column / row and may be nTiles times as large there."""
+    _, split_h, split_w = _split_dims(context, strategy)
+    kw, kh = int_field(row, F.k_w), int_field(row, F.k_h)
+    pads_w = int_field(row, F.pad_left) + int_field(row, F.pad_right)
+    pads_h = int_field(row, F.pad_top) + int_field(row, F.pad_bottom)
+    return (_in_range(int_field(row, F.in_w), max(1, kw - pads_w + split_w), MAX_DIM * (n_tiles if split_w else 1))
+            and _in_range(int_field(row, F.in_h), max(1, kh - pads_h + split_h),
+                          MAX_DIM * (n_tiles if split_h else 1)))
+
+
+@njit(cache=True)
+def _output_width_ok(row) -> bool:
+    return int_field(row, F.out_w) == _out_size(int_field(row, F.in_w), int_field(row, F.pad_left),
+                                                int_field(row, F.pad_right), int_field(row, F.k_w),
+                                                int_field(row, F.s_w))
+
+
+@njit(cache=True)
+def _output_height_ok(row, context, strategy) -> bool:
+    """Exact in a layer (and more than one row / column to split), up to the halo rows of SOH in a workload."""
+    hin, kh, sh = int_field(row, F.in_h), int_field(row, F.k_h), int_field(row, F.s_h)
+    pt, pb, hout = int_field(row, F.pad_top), int_field(row, F.pad_bottom), int_field(row, F.out_h)
     h_formula = _out_size(hin, pt, pb, kh, sh)
-    if layer:
-        if hout != h_formula or (split_h and hout <= 1) or (split_w and wout <= 1):
-            return False
-    else:
-        h_hi = h_formula
-        if isi == _ISI.SPLIT_OVER_H:
-            h_hi = _out_size(hin + kh * (pt == 0) + kh * (pb == 0), pt, pb, kh, sh)
-        if not _in_range(hout, h_formula, h_hi):
-            return False
-    in_b = int_field(row, F.in_b)
-    if not (int_field(row, F.out_b) == in_b and in_b >= 1 and (not v50 or in_b == 1)):
-        return False
+    if context == _LAYER:
+        _, split_h, split_w = _split_dims(context, strategy)
+        return hout == h_formula and not (split_h and hout <= 1) and not (split_w and int_field(row, F.out_w) <= 1)
+    h_hi = h_formula
+    if int_field(row, F.isi_strategy) == _ISI.SPLIT_OVER_H:
+        h_hi = _out_size(hin + kh * (pt == 0) + kh * (pb == 0), pt, pb, kh, sh)
+    return _in_range(hout, h_formula, h_hi)
 
+
+@njit(cache=True)
+def _batch_ok(row) -> bool:
+    in_b = int_field(row, F.in_b)
+    return int_field(row, F.out_b) == in_b and in_b >= 1 and (int_field(row, F.device) != _V50 or in_b == 1)
+
+
+@njit(cache=True)
+def _output_channels_ok(row, context, strategy, n_tiles) -> bool:
+    split_c, _, _ = _split_dims(context, strategy)
+    cout = int_field(row, F.out_c)
+    out_pad = int_field(row, F.device) == _V50 and int_field(row, F.output_autopad) == 1
+    if not (_mult16(cout, MAX_DIM * (n_tiles if split_c else 1)) or (out_pad and _in_range(cout, 1, 15))):
+        return False
+    return not (context == _LAYER and strategy == _TILING.SOK and cout < 32)
+
+
+@njit(cache=True)
+def _input_channels_ok(row, context, strategy, n_tiles) -> bool:
+    split_c, _, _ = _split_dims(context, strategy)
+    scale_c = n_tiles if split_c else 1
+    dev, op = int_field(row, F.device), int_field(row, F.operation)
+    v20, v50, npu = dev == _V20, dev == _V50, dev == _V40 or dev == _V50
     cin, cout = int_field(row, F.in_c), int_field(row, F.out_c)
     in_pad, out_pad = int_field(row, F.input_autopad) == 1, v50 and int_field(row, F.output_autopad) == 1
-    if not (_mult16(cout, MAX_DIM * scale_c) or (out_pad and _in_range(cout, 1, 15))):
-        return False
-    if layer and strategy == _TILING.SOK and cout < 32:
-        return False
     dw_like = member(op, (_DW, _MAXPOOL, _AVEPOOL))
     if context == _WORKLOAD:
         dw_ok = _mult16(cin, MAX_DIM) if v20 else member(cin, (16, 32, 64))
@@ -523,40 +603,61 @@ def _valid(row, context, strategy, n_tiles) -> bool:
     else:
         cin_ok = op == _CM and _in_range(cin, 1, cm_hi)
     cin_ok = cin_ok or (v50 and in_pad and (op == _CONV or op == _CM) and _in_range(cin, 1, pad_hi))
-    same_c = dw_like or is_elt or op == _ELT_MUL
-    if not (cin_ok and (not same_c or cin == cout or out_pad)):
-        return False
+    same_c = dw_like or op == _ELT or op == _ELT_MUL
+    return cin_ok and (not same_c or cin == cout or out_pad)
 
-    out_dt, wt_dt = int_field(row, F.out_dtype), weight_dtype(row)
+
+@njit(cache=True)
+def _dtypes_ok(row) -> bool:
+    dev = int_field(row, F.device)
+    in_dt, out_dt, wt_dt = int_field(row, F.in_dtype), int_field(row, F.out_dtype), weight_dtype(row)
     if dev == _V40:
-        dtypes_ok = member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_OUT_DTYPES_40) \
-            and member(wt_dt, _VALID_WT_DTYPES_40)
-    elif v50:
-        dtypes_ok = member(in_dt, _VALID_DTYPES_50) and member(out_dt, _VALID_OUT_DTYPES_50) \
-            and member(wt_dt, _VALID_WT_DTYPES_50)
-    else:
-        dtypes_ok = member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_DTYPES)
-    if not dtypes_ok:
-        return False
-    layouts = _LAYOUTS_20 if v20 else _PERMUTED_LAYOUTS
-    if not (member(int_field(row, F.in_layout), layouts) and member(int_field(row, F.out_layout), layouts)):
-        return False
-    if context == _WORKLOAD:
-        mode = int_field(row, F.execution_mode)
-        if not member(mode, _MODES_20 if v20 else _MODES_27):
-            return False
-        # 5.0 restricts the mode per operation
-        if v50 and ((dw_like and mode != _MODE.CUBOID_16x16)
-                    or ((is_elt or op == _ELT_MUL) and mode != _MODE.CUBOID_8x16)):
-            return False
+        return (member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_OUT_DTYPES_40)
+                and member(wt_dt, _VALID_WT_DTYPES_40))
+    if dev == _V50:
+        return (member(in_dt, _VALID_DTYPES_50) and member(out_dt, _VALID_OUT_DTYPES_50)
+                and member(wt_dt, _VALID_WT_DTYPES_50))
+    return member(in_dt, _VALID_DTYPES) and member(out_dt, _VALID_DTYPES)
 
+
+@njit(cache=True)
+def _layouts_ok(row) -> bool:
+    layouts = _LAYOUTS_20 if int_field(row, F.device) == _V20 else _PERMUTED_LAYOUTS
+    return member(int_field(row, F.in_layout), layouts) and member(int_field(row, F.out_layout), layouts)
+
+
+@njit(cache=True)
+def _execution_mode_ok(row, context) -> bool:
+    """Checked on a workload only; 5.0 restricts the mode per operation."""
+    if context != _WORKLOAD:
+        return True
+    dev, op, mode = int_field(row, F.device), int_field(row, F.operation), int_field(row, F.execution_mode)
+    if not member(mode, _MODES_20 if dev == _V20 else _MODES_27):
+        return False
+    if dev != _V50:
+        return True
+    if member(op, (_DW, _MAXPOOL, _AVEPOOL)):
+        return mode == _MODE.CUBOID_16x16
+    return mode == _MODE.CUBOID_8x16 if op == _ELT or op == _ELT_MUL else True
+
+
+@njit(cache=True)
+def _sparsity_ok(row) -> bool:
     act_sp, w_sp = row[F.act_sparsity], row[F.weight_sparsity]
     in_en, w_en = int_field(row, F.in_sparsity_enabled) != 0, int_field(row, F.weight_sparsity_enabled) != 0
     if not (_in_range(act_sp, 0.0, 1.0) and _in_range(w_sp, 0.0, 1.0)) or (in_en and act_sp < 0.01):
         return False
-    if member(op, (_CONV, _ELT, _ELT_MUL, _LNORM)):
+    if member(int_field(row, F.operation), (_CONV, _ELT, _ELT_MUL, _LNORM)):
         return (in_en or act_sp == 0) and (w_en or w_sp == 0)
     return not in_en and not w_en and act_sp == 0 and w_sp == 0
+
+
+@njit(cache=True)
+def _failed_rules(m, context, strategy, n_tiles):
+    out = np.empty(len(m), dtype=np.int64)
+    for i in range(len(m)):
+        out[i] = failed_rule(m[i], context, strategy[i], n_tiles[i])
+    return out
 
 
 @njit(cache=True)

@@ -23,7 +23,7 @@ from .errors import VpunnError, error_name
 from .layer import LayerModel, LayerRequest, LayerResult, dpu_layer
 from .network import read_model_cached
 from .paths import resolve_model_file
-from .sanitizer import sanitize
+from .sanitizer import broken_rules, sanitize
 from .workload import WORKLOAD_COLUMNS, workload_from_row, workloads_to_matrix
 
 __all__ = ["read_table", "write_table", "dpu_table", "layer_table", "dma_table", "LAYER_COLUMNS",
@@ -93,7 +93,8 @@ def _rows_of(device: str | None, rows: list[dict], in_csv) -> list[dict]:
 
 
 def dpu_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None = None) -> int:
-    """Cost every workload row of `in_csv` with a DPU model file; write `id,cycles,error`. Returns the row count.
+    """Cost every workload row of `in_csv` with a DPU model file; write `id,cycles,error,rule`: the rule of
+    `sanitizer.RULES` an invalid workload breaks (after the runtime's sanitizing). Returns the row count.
 
     `device` keeps only the rows of that device (e.g. "VPU_2_7" for a 2.7 model on the mixed reference table).
     """
@@ -101,14 +102,16 @@ def dpu_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None
     rows = read_table(in_csv, ("id",) + WORKLOAD_COLUMNS)
     rows = _rows_of(device, rows, in_csv)
     workloads = [workload_from_row(r, _where(in_csv, i, r, "id")) for i, r in enumerate(rows)]
+    matrix = workloads_to_matrix(workloads)
     try:
-        cycles = model.cost(workloads_to_matrix(workloads))
+        cycles = model.cost(matrix)
     except UnencodableWorkload as exc:
         r = rows[exc.index]
         raise VpunnError(f"{Path(in_csv).name} id={r['id']} ({r['device']}): {exc.reason}; the model file "
                          f"{Path(model_file).name} cannot cost it (select one device with --device)") from None
-    write_table(out_csv, ("id", "cycles", "error"),
-                ((r["id"], int(c), error_name(c)) for r, c in zip(rows, cycles)))
+    rules = broken_rules(sanitize(matrix))
+    write_table(out_csv, ("id", "cycles", "error", "rule"),
+                ((r["id"], int(c), error_name(c), rule) for r, c, rule in zip(rows, cycles, rules)))
     return len(rows)
 
 

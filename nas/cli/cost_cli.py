@@ -3,7 +3,7 @@
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
     vpunas cost RUN_DIR --arch ID [--cost vpunn:VPU_2_7|lut:FILE]     (default: the run's own cost model)
     vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0       (the run's front on every generation)
-    vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error
+    vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error,rule
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
                                                                               -> layer_id,strategy,cycles,error
@@ -195,7 +195,7 @@ def add_vpunn_parser(sub) -> None:
     by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0, VPU_2_7, VPU_4_0 or "
                                             "NPU_5_0)")
 
-    dpu = kinds.add_parser("dpu", parents=[common, by_device], help="DPU workloads -> id,cycles,error")
+    dpu = kinds.add_parser("dpu", parents=[common, by_device], help="DPU workloads -> id,cycles,error,rule (the validity rule an invalid one breaks)")
     dpu.set_defaults(handler=_vpunn_dpu)
 
     layer = kinds.add_parser("layer", parents=[common, by_device], help="layers -> layer_id,strategy,cycles,error")
