@@ -139,10 +139,8 @@ def _search_config(raw: Any):
         raise ConfigError(f"search.strategy: unknown {strategy!r}; valid: {', '.join(sorted(STRATEGIES))}")
     settings = {name: _structured(cls.config_class, raw.get(name), f"search.{name}")
                 for name, cls in STRATEGIES.items()}
-    own = {f.name for f in dataclasses.fields(SearchConfig)}  # the built-in strategies' settings have fields
-    return SearchConfig(strategy=strategy, finalize=_structured(FinalizeConfig, raw.get("finalize"), "search.finalize"),
-                        **{k: v for k, v in settings.items() if k in own},
-                        extra={k: v for k, v in settings.items() if k not in own})
+    return SearchConfig(strategy=strategy, strategies=settings,
+                        finalize=_structured(FinalizeConfig, raw.get("finalize"), "search.finalize"))
 
 
 @dataclass

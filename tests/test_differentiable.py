@@ -186,7 +186,7 @@ def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family,
     reference = float(expected.detach())
     for form in ({"loss": "additive", "latency_lambda": 1.0},
                  {"loss": "multiplicative", "target_ms": reference / 2, "beta": 1.0}):
-        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search.differentiable, reference)
+        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search.settings(), reference)
         grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True, allow_unused=True)
         zero = {label for label, g in zip(labels, grads) if g is None or not torch.all(g.abs() > 0)}
         assert {kind(label) for label in zero} <= COST_FREE, f"{form['loss']}: no latency gradient for {zero}"
@@ -211,7 +211,7 @@ def derived_latency(tiny_run, **search_keys) -> float:
     """Latency of the arch derived after three search epochs of the tiny smoke run."""
     task, space, cost_model = tiny_run
     config = dnas_config(*TINY, "train.epochs=3", arch_lr=0.1, arch_tau_end=0.1, **search_keys)
-    search = DifferentiableSearch(space, task, cost_model, config.train, config.search.differentiable, config.seed)
+    search = DifferentiableSearch(space, task, cost_model, config.train, config.search.settings(), config.seed)
     search.run(progress=False)
     assert [e["epoch"] for e in search.trajectory] == [1, 2, 3]
     return cost_model.latency_ms(space.blocks(search.derived))
@@ -246,7 +246,7 @@ def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
     cost_model = load_cost_model(config.cost.model)
 
     def search(path, stop_at=None):
-        s = DifferentiableSearch(space, task, cost_model, config.train, config.search.differentiable, config.seed, path)
+        s = DifferentiableSearch(space, task, cost_model, config.train, config.search.settings(), config.seed, path)
 
         def stop(step):
             if step == stop_at:

@@ -31,8 +31,8 @@ def test_the_registry_holds_both_strategies_with_their_settings():
     # the differentiable search checkpoints its own state (supernet.pt); the evolution's goes to strategy.json
     assert EvolutionSearch.persists_state and not DifferentiableSearchStrategy.persists_state
     config = load_config(SMOKE, ["search.strategy=differentiable"])
-    assert config.search.settings() is config.search.differentiable
-    assert config.search.settings("evolution") is config.search.evolution
+    assert config.search.settings() is config.search.strategies["differentiable"]
+    assert config.search.settings("evolution") is config.search.strategies["evolution"]
 
 
 @dataclass
@@ -65,7 +65,7 @@ def local_search():
 def test_a_registered_strategy_is_a_choice_of_the_config(local_search, tmp_path):
     config = load_config(SMOKE, ["search.strategy=local_search", "search.local_search.steps=3"])
     assert config.search.strategy == "local_search" and config.search.settings() == LocalSearchConfig(steps=3)
-    assert config.search.evolution == load_config(SMOKE).search.evolution
+    assert config.search.settings("evolution") == load_config(SMOKE).search.settings("evolution")
     # a run's config.yaml holds its settings in a sub-section of its name, and reads back the same (resume)
     path = tmp_path / "config.yaml"
     path.write_text(config_to_yaml(config))
@@ -151,7 +151,7 @@ def toy_evolution(monkeypatch):
 
     def make(run_dir: RunDir, on_generation=None, generations: int = 4) -> EvolutionSearch:
         config = SimpleNamespace(seed=0, train=SimpleNamespace(channels_last=False),
-                                 search=SearchConfig(evolution=EvolutionConfig(population=8, generations=generations)))
+                                 search=SearchConfig(strategies={"evolution": EvolutionConfig(population=8, generations=generations)}))
         ctx = SearchContext(config, run_dir, SimpleNamespace(metric="score"), SPACE, None, progress=False)
         return EvolutionSearch(ctx, on_generation)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable, ClassVar, Optional
 
 import torch
@@ -343,27 +343,26 @@ class SearchConfig:
 
     Args:
         strategy: the strategy that runs (a key of `STRATEGIES`).
-        evolution / random / differentiable: the built-in strategies' settings.
+        strategies: the settings of every registered strategy, by name (in a config file, each is a sub-section
+            of its name: `search.evolution.population`); a strategy not given takes its defaults.
         finalize: training of the chosen archs after the search, whatever the strategy (`FinalizeConfig`).
-        extra: the settings of strategies registered beyond the built-in ones, by name (in a config file, each
-            is a sub-section of its name like the built-in ones: `sections()`).
     """
 
     strategy: str = "evolution"
-    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
-    random: RandomConfig = field(default_factory=RandomConfig)
-    differentiable: DifferentiableConfig = field(default_factory=DifferentiableConfig)
+    strategies: dict[str, Any] = field(default_factory=dict)
     finalize: FinalizeConfig = field(default_factory=FinalizeConfig)
-    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, cls in STRATEGIES.items():
+            self.strategies.setdefault(name, cls.config_class())
 
     def sections(self) -> dict[str, Any]:
         """The section as a config file holds it: `strategy`, each strategy's settings, `finalize`."""
-        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("finalize", "extra")}
-        return {**own, **self.extra, "finalize": self.finalize}
+        return {"strategy": self.strategy, **self.strategies, "finalize": self.finalize}
 
     def settings(self, name: Optional[str] = None):
         """The settings of strategy `name` (default: the strategy that runs)."""
-        return self.sections()[self.strategy if name is None else name]
+        return self.strategies[self.strategy if name is None else name]
 
     @property
     def strategy_class(self) -> type[SearchStrategy]:
