@@ -1,6 +1,7 @@
 """The differentiable strategy: relaxed supernets, expected latency and its gradient, the latency loss steering the
 derived arch, resume, and a whole run through the CLI."""
 import json
+import re
 import subprocess
 import sys
 
@@ -290,7 +291,7 @@ def test_differentiable_run_end_to_end(tmp_path, smoke_run):
     scripts/bench_dnas.py measures what it hands over beside the evolution's finalised archs."""
     out = tmp_path / "run"
     args = ["search", SMOKE, "search.strategy=differentiable",
-            "search.differentiable={warmup_epochs: 1, finetune_epochs: 1}",
+            "search.differentiable={warmup_epochs: 1, finetune_epochs: 1, loss: multiplicative, target_ms: 0.5}",
             "train.epochs=3", "search.finalize.int8=false", *TINY, "--out", str(out), "--no-progress"]
     assert main(args) == 0
     run = RunDir(out)
@@ -306,6 +307,10 @@ def test_differentiable_run_end_to_end(tmp_path, smoke_run):
     derived = rows[-1]["arch"]  # it alone is finalised (an earlier epoch's row shows it too when it is that arch)
     assert all((r["final_top1"] != "") == (r["arch"] == derived) for r in rows)
     assert "Pareto front" in run.report_html.read_text()
+    # the derived arch measured end to end here against the target, and kept for the report's measured column
+    assert re.search(rf"latency target 0.5 ms: arch {rows[-1]['id']} measured [0-9.]+ ms end to end on this machine "
+                     r"\([+-][0-9.]+%, (within|outside) \+-10%", run.log.read_text())
+    assert (run.checkpoint_dir / "measured.jsonl").exists()
     assert not run.strategy_state.exists()  # the strategy's state is the search's, checkpointed in supernet.pt
     before = run.candidates.read_text()
     assert main(args[:-3] + ["--out", str(out), "--resume", "--no-progress"]) == 0

@@ -16,7 +16,7 @@ from hw_cost.cost_model import CostModelError
 from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
 from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
-from search_spaces import SearchSpace
+from search_spaces import SearchSpace, arch_key
 
 from ..errors import RunDirError
 from ..rundir import EvaluationJournal, atomic_write_text
@@ -140,14 +140,15 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)
-    todo = [r for r in records if r["key"] not in done]
+    todo = list({arch_key(r["arch"]): r for r in records if arch_key(r["arch"]) not in done}.values())
     if todo:
         measured = measure_here(ctx.space, model.table, [r["arch"] for r in todo])
         for record, ms in zip(todo, measured):
-            done[record["key"]] = round(float(ms), 4)
-            journal.append({"key": record["key"], "measured_ms": done[record["key"]]})
+            key = arch_key(record["arch"])
+            done[key] = round(float(ms), 4)
+            journal.append({"key": key, "measured_ms": done[key]})
         logger.info("measured %d finalised archs end to end on this machine (%s)", len(todo), model.name)
-    return {r["key"]: done[r["key"]] for r in records}
+    return {arch_key(r["arch"]): done[arch_key(r["arch"])] for r in records}
 
 
 def measured_journal(run_dir) -> Path:
