@@ -250,15 +250,16 @@ TARGET_TOLERANCE = 0.10
 
 
 def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dict[str, float]) -> None:
-    """A search with a latency target (`target_ms` of its strategy's settings): each finalised arch's latency
-    measured end to end on this machine against it."""
-    target = getattr(ctx.config.search.settings(), "target_ms", None)
+    """A search with a latency target (`target_latency_ms` of its strategy's settings): each finalised arch's
+    latency measured end to end on this machine against it."""
+    settings = ctx.config.search.settings()
+    target = settings.target_latency_ms(ctx.space, ctx.cost_model) if hasattr(settings, "target_latency_ms") else None
     for record in finalised if target else ():
         if arch_key(record["arch"]) in measured:
             ms = measured[arch_key(record["arch"])]
             off = ms / target - 1
             logger.log(logging.INFO if abs(off) <= TARGET_TOLERANCE else logging.WARNING,
-                       "latency target %g ms: arch %d measured %.4f ms end to end on this machine (%+.1f%%, %s "
+                       "latency target %.4f ms: arch %d measured %.4f ms end to end on this machine (%+.1f%%, %s "
                        "+-%d%%; %.4f ms on the cost model)", target, record["id"], ms, 100 * off,
                        "within" if abs(off) <= TARGET_TOLERANCE else "outside", 100 * TARGET_TOLERANCE,
                        record["latency_ms"])

@@ -12,7 +12,7 @@ time (time.process_time) of each, per relaxation, and their ratio (target: at mo
 
 What a run hands over (`--run`): each finalised arch of a finished differentiable run with its val / test metric,
 its latency on the run's cost model and measured end to end on this machine (OpenVINO, as the run's latency table
-was measured; the run's own measurement where it made one), against the run's `target_ms`. With `--against`, the
+was measured; the run's own measurement where it made one), against the run's latency target. With `--against`, the
 finalised archs of other runs (e.g. the evolution's default run) are measured the same way, right after, and each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it
 (at least its test metric, at most its measured latency).
 """
@@ -31,7 +31,7 @@ from hw_cost import load_cost_model
 from hw_cost.lut import LutCostModel
 from nas.config import load_config
 from nas.context import build_task_and_space
-from nas.latency.lut_validation import measure_here, measured_latencies
+from nas.latency.lut_validation import load_run_correction, measure_here, measured_latencies
 from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
@@ -60,11 +60,14 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
     finalised archs, all measured here; printed and returned."""
     run = RunDir(run_dir)
     config = load_config(run.config)
-    target = getattr(config.search.settings(), "target_ms", None)
     cost = load_cost_model(config.cost.model, **config.cost.options())
     if not isinstance(cost, LutCostModel):
         raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
                          "latency table of this machine (lut:...)")
+    load_run_correction(cost, run)  # the table as the run used it: a target relative to the space resolves alike
+    settings = config.search.settings()
+    target = (settings.target_latency_ms(build_task_and_space(config)[1], cost)
+              if hasattr(settings, "target_latency_ms") else None)
     ours, metric = _finalised(run)
     others = [(RunDir(path), *_finalised(RunDir(path))) for path in against]
     groups = [(run, ours)] + [(other, rows) for other, rows, _ in others]

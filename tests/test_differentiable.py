@@ -1,6 +1,7 @@
 """The differentiable strategy: relaxed supernets, expected latency and its gradient, the latency loss steering the
 derived arch, resume, and a whole run through the CLI."""
 import json
+import logging
 import re
 import subprocess
 import sys
@@ -187,7 +188,8 @@ def test_every_arch_parameter_gets_a_latency_gradient(spaces, latencies, family,
     reference = float(expected.detach())
     for form in ({"loss": "additive", "latency_lambda": 1.0},
                  {"loss": "multiplicative", "target_ms": reference / 2, "beta": 1.0}):
-        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search.settings(), reference)
+        term = latency_loss(task_loss.detach(), expected, dnas_config(**form).search.settings(), reference,
+                            form.get("target_ms"))
         grads = torch.autograd.grad(term, list(arch_params.logits), retain_graph=True, allow_unused=True)
         zero = {label for label, g in zip(labels, grads) if g is None or not torch.all(g.abs() > 0)}
         assert {kind(label) for label in zero} <= COST_FREE, f"{form['loss']}: no latency gradient for {zero}"
@@ -273,6 +275,9 @@ def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
     ({"loss": "multiplicative"}, "search.differentiable.target_ms: the multiplicative loss needs a latency target"),
     ({"relaxation": "darts"}, "search.differentiable.relaxation: 'darts' is not one of gumbel, proxyless"),
     ({"arch_fraction": 1.0}, r"search.differentiable.arch_fraction: must be in \(0, 1\)"),
+    ({"target_ms": 0.3, "target_vs_smallest": 1.2}, "target_ms: give the latency target in ms or as "
+                                                     "target_vs_smallest, not both"),
+    ({"target_vs_smallest": 0.9}, r"search.differentiable.target_vs_smallest: must be >= 1"),
 ])
 def test_bad_search_settings_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=message):
@@ -286,12 +291,14 @@ def test_warmup_longer_than_training_is_an_error(tmp_path, capsys):
     assert "search.differentiable.warmup_epochs (1) must be below train.epochs (1)" in capsys.readouterr().err
 
 
-def test_differentiable_run_end_to_end(tmp_path, smoke_run):
+def test_differentiable_run_end_to_end(tmp_path, smoke_run, caplog):
     """A whole run: one candidates.csv row per search epoch with its expected latency; resume changes nothing;
     scripts/bench_dnas.py measures what it hands over beside the evolution's finalised archs."""
+    caplog.set_level(logging.INFO)  # the run's log as the CLI writes it (pytest's handlers keep the root at WARNING)
     out = tmp_path / "run"
     args = ["search", SMOKE, "search.strategy=differentiable",
-            "search.differentiable={warmup_epochs: 1, finetune_epochs: 1, loss: multiplicative, target_ms: 0.5}",
+            "search.differentiable={warmup_epochs: 1, finetune_epochs: 1, loss: multiplicative, "
+            "target_vs_smallest: 1.5}",
             "train.epochs=3", "search.finalize.int8=false", *TINY, "--out", str(out), "--no-progress"]
     assert main(args) == 0
     run = RunDir(out)
@@ -308,8 +315,11 @@ def test_differentiable_run_end_to_end(tmp_path, smoke_run):
     assert all((r["final_top1"] != "") == (r["arch"] == derived) for r in rows)
     assert "Pareto front" in run.report_html.read_text()
     # the derived arch measured end to end here against the target, and kept for the report's measured column
-    assert re.search(rf"latency target 0.5 ms: arch {rows[-1]['id']} measured [0-9.]+ ms end to end on this machine "
-                     r"\([+-][0-9.]+%, (within|outside) \+-10%", run.log.read_text())
+    log = run.log.read_text()
+    target = re.search(r"latency target ([0-9.]+) ms on lut:\S+: 1.5 x the smallest arch's ([0-9.]+) ms", log)
+    assert target and float(target[1]) == pytest.approx(1.5 * float(target[2]), rel=1e-3)
+    assert re.search(rf"latency target {target[1]} ms: arch {rows[-1]['id']} measured [0-9.]+ ms end to end "
+                     r"on this machine \([+-][0-9.]+%, (within|outside) \+-10%", log)
     assert (run.checkpoint_dir / "measured.jsonl").exists()
     assert not run.strategy_state.exists()  # the strategy's state is the search's, checkpointed in supernet.pt
     before = run.candidates.read_text()

@@ -49,9 +49,12 @@ LOSS_FORMS = ("additive", "multiplicative")
 class DifferentiableConfig:
     """Args:
         relaxation: `gumbel` (FBNet Gumbel-softmax) or `proxyless` (sampled binary gates, straight-through).
-        loss: `additive` (latency_lambda) or `multiplicative` (target_ms, beta, beta_below); see the module doc.
+        loss: `additive` (latency_lambda) or `multiplicative` (a target, beta, beta_below); see the module doc.
         latency_lambda: weight of E[latency] / latency of the largest arch in the additive form.
         target_ms: the latency target T of the multiplicative form (ms on the run's cost model).
+        target_vs_smallest: the target as a multiple of the smallest arch's latency on the run's cost model (a
+            table corrected to this machine), instead of `target_ms`: the same point of the space on a machine
+            several times faster or slower. The run logs the target it resolves to.
         beta / beta_below: exponents of the multiplicative form above / below the target.
         warmup_epochs: first epochs of `train.epochs` that train weights only (logits stay uniform).
         arch_fraction: share of the training split held out for architecture steps.
@@ -69,6 +72,7 @@ class DifferentiableConfig:
     loss: str = "additive"
     latency_lambda: float = 1.0
     target_ms: Optional[float] = None
+    target_vs_smallest: Optional[float] = None
     beta: float = 1.0
     beta_below: float = 0.0
     warmup_epochs: int = 1
@@ -89,10 +93,15 @@ class DifferentiableConfig:
             raise ValueError(f"relaxation: {self.relaxation!r} is not one of {', '.join(RELAXATIONS)}")
         if self.loss not in LOSS_FORMS:
             raise ValueError(f"loss: {self.loss!r} is not one of {', '.join(LOSS_FORMS)}")
-        if self.loss == "multiplicative" and self.target_ms is None:
-            raise ValueError("target_ms: the multiplicative loss needs a latency target (ms)")
+        if self.target_ms is not None and self.target_vs_smallest is not None:
+            raise ValueError("target_ms: give the latency target in ms or as target_vs_smallest, not both")
+        if self.loss == "multiplicative" and self.target_ms is None and self.target_vs_smallest is None:
+            raise ValueError("target_ms: the multiplicative loss needs a latency target (target_ms, or "
+                             "target_vs_smallest)")
         if self.target_ms is not None and self.target_ms <= 0:
             raise ValueError("target_ms: must be > 0")
+        if self.target_vs_smallest is not None and self.target_vs_smallest < 1:
+            raise ValueError("target_vs_smallest: must be >= 1 (no arch is faster than the smallest)")
         for name in ("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
                      "finetune_epochs"):
             if getattr(self, name) < 0:
@@ -103,13 +112,20 @@ class DifferentiableConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name}: must be > 0")
 
+    def target_latency_ms(self, space: SearchSpace, cost_model: CostModel) -> Optional[float]:
+        """The latency target in ms on `cost_model` (None without one)."""
+        if self.target_vs_smallest is None:
+            return self.target_ms
+        return self.target_vs_smallest * cost_model.latency_ms(space.blocks(space.smallest()))
+
 
 def latency_loss(task_loss: torch.Tensor, expected_ms: torch.Tensor, config: DifferentiableConfig,
-                 reference_ms: float) -> torch.Tensor:
-    """The architecture loss (see the module docstring); `reference_ms` scales the additive form."""
+                 reference_ms: float, target_ms: Optional[float] = None) -> torch.Tensor:
+    """The architecture loss (see the module docstring); `reference_ms` scales the additive form, `target_ms`
+    (`DifferentiableConfig.target_latency_ms`) is the multiplicative form's target."""
     if config.loss == "additive":
         return task_loss + config.latency_lambda * expected_ms / reference_ms
-    ratio = expected_ms / config.target_ms
+    ratio = expected_ms / target_ms
     exponent = config.beta if ratio.item() > 1.0 else -config.beta_below
     return task_loss * ratio ** exponent
 
@@ -169,6 +185,10 @@ class DifferentiableSearch:
         self.arch = ArchParameters(space.choices)
         self.latency = ExpectedLatency(space, self.relaxed.cost_terms(), cost_model)
         self.reference_ms = cost_model.latency_ms(space.blocks(space.largest()))
+        self.target_ms = config.target_latency_ms(space, cost_model)
+        if config.target_vs_smallest is not None and config.loss == "multiplicative":
+            logger.info("latency target %.4f ms on %s: %g x the smallest arch's %.4f ms", self.target_ms,
+                        cost_model.name, config.target_vs_smallest, self.target_ms / config.target_vs_smallest)
 
         full = task.train_batches
         perm = np.random.default_rng([seed, 11]).permutation(len(full.source))
@@ -286,7 +306,7 @@ class DifferentiableSearch:
         params = list(self.arch.parameters())
         task_loss = self.task.loss(self.relaxed(x, gates), y)
         expected = self.latency(self.arch.probs(sharpness))
-        loss = latency_loss(task_loss, expected, self.config, self.reference_ms)
+        loss = latency_loss(task_loss, expected, self.config, self.reference_ms, self.target_ms)
         grads = torch.autograd.grad(loss, params)
         check_finite([loss.item()], "differentiable search (architecture)", self.global_step)
         for p, g in zip(params, grads):
