@@ -16,7 +16,6 @@ from .config import ConfigError, RunConfig
 from .distributed import Distributed, current
 from .latency.lut_validation import load_run_correction
 from .rundir import RunDir
-from .runtime import ThreadGovernor
 
 __all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device"]
 
@@ -54,7 +53,6 @@ def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> 
     """The run's task, space and cost model, on the config's device (the CPU where CUDA is missing: a finished
     run's config read back elsewhere, e.g. to export), among the processes of `nas.distributed.current()`."""
     torch.set_num_threads(config.threads)
-    ThreadGovernor.enabled = config.adapt_threads
     task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
     if isinstance(cost_model, LutCostModel):

@@ -116,18 +116,17 @@ class ThreadGovernor:
     keeps the count fixed).
     """
 
-    enabled = True  # process-wide, like torch's thread count (set from the run's config)
-
     def __init__(self, window: int = 10, slowdown: float = 1.8, retry_every: int = 300, warmup: int = 5,
-                 set_threads: Callable[[int], None] | None = None):
+                 set_threads: Callable[[int], None] | None = None, enabled: bool = True):
         """`set_threads`: how the loop changes the threads it uses (default: torch's thread count); the
-        governor starts from torch's current count either way."""
+        governor starts from torch's current count either way. `enabled`: false keeps the count fixed (the
+        run's `adapt_threads`)."""
         import torch
 
         self._set_threads = set_threads or torch.set_num_threads
         self.max_threads = self._threads = torch.get_num_threads()
         self.window, self.slowdown, self.retry_every, self.warmup = window, slowdown, retry_every, warmup
-        self.active = self.enabled and self.max_threads > 1
+        self.active = enabled and self.max_threads > 1
         self.pace: float | None = None  # median step time with all threads, as first measured
         self.single_median: float | None = None
         self.steps_single = 0

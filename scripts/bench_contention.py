@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from nas.config import load_config
-from nas.runtime import ThreadGovernor, keep_freed_memory
+from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
 from nas.training.supernet_training import SupernetTrainer
 
@@ -31,7 +31,6 @@ class _Enough(Exception):
 
 def step_times(trainer: SupernetTrainer, steps: int, governed: bool, at_step: dict | None = None) -> list[float]:
     """Wall time of each of `steps` steps of the real training loop; `at_step[i]()` runs after step i."""
-    ThreadGovernor.enabled = governed
     times, last = [], [time.perf_counter()]
 
     def on_step(_):
@@ -44,7 +43,7 @@ def step_times(trainer: SupernetTrainer, steps: int, governed: bool, at_step: di
             raise _Enough
 
     try:
-        trainer.train(progress=False, on_step=on_step)
+        trainer.train(progress=False, on_step=on_step, adapt_threads=governed)
     except _Enough:
         pass
     return times

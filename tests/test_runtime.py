@@ -49,10 +49,9 @@ def test_a_second_signal_stops_at_once():
             os.kill(os.getpid(), signal.SIGTERM)
 
 
-def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back(monkeypatch):
+def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back():
     from nas.runtime import ThreadGovernor
 
-    monkeypatch.setattr(ThreadGovernor, "enabled", True)  # process-wide: a run before may have left it off
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -78,14 +77,13 @@ def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back
         torch.set_num_threads(previous)
 
 
-def test_a_disabled_thread_governor_never_changes_threads(monkeypatch):
+def test_a_disabled_thread_governor_never_changes_threads():
     from nas.runtime import ThreadGovernor
 
     previous = torch.get_num_threads()
     torch.set_num_threads(2)
-    monkeypatch.setattr(ThreadGovernor, "enabled", False)
     try:
-        governor = ThreadGovernor(window=5, warmup=0)
+        governor = ThreadGovernor(window=5, warmup=0, enabled=False)
         for seconds in [0.1] * 5 + [1.0] * 20:
             governor.observe(seconds)
         assert governor.threads == 2

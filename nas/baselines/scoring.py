@@ -181,7 +181,7 @@ def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) ->
     trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
     trainer.progress_label = f"baseline {spec['name']}"
-    trainer.train(progress=ctx.progress)
+    trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
     return trainer.trained_model.net.eval(), trainer.total_steps
 
 

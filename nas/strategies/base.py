@@ -137,7 +137,7 @@ def train_supernet(ctx) -> SupernetTrainer:
     torch.manual_seed(ctx.config.seed)  # the initial weights
     trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
                               ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device)
-    trainer.train(progress=ctx.progress)
+    trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
     return trainer
 
 
@@ -310,7 +310,7 @@ class DifferentiableSearchStrategy(SearchStrategy):
 
     def run(self) -> SearchOutcome:
         ctx, search = self.ctx, self.search
-        search.run(progress=ctx.progress)
+        search.run(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
         evaluator = ArchEvaluator(ctx.space, search.supernet, ctx.task, ctx.cost_model, ctx.config.train.channels_last)
         measured: dict[str, dict] = {}
 

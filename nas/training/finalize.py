@@ -58,11 +58,11 @@ from tasks.data import EpochBatches, batch_seed, to_device
 
 from ..errors import ConfigError, RunDirError
 from ..rundir import EvaluationJournal, atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests, ThreadGovernor, check_finite
+from ..runtime import check_finite
 from .captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
 from .evaluation import ArchEvaluator, fed_from_cpu, test_scores
-from .supernet_training import (TrainConfig, log_session_steps, modules_swapped, recalibrate_batchnorm,
-                                to_channels_last)
+from .session import TrainingSession
+from .supernet_training import TrainConfig, modules_swapped, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
 
@@ -531,16 +531,16 @@ class LockstepTrainer:
             for j, dropout in enumerate(dropouts):
                 dropout.generator.manual_seed(batch_seed(seed, i, j))
 
-    def train(self, progress: bool = True) -> None:
-        from tqdm import tqdm
-
+    def train(self, progress: bool = True, adapt_threads: bool = True) -> None:
+        """Train to `stop_step` (see `SupernetTrainer.train`)."""
         if self.done:
             return
-        bar = tqdm(total=self.stop_step, initial=self.global_step, desc=f"finalise {len(self.nets)} archs",
-                   unit="step", disable=not progress, dynamic_ncols=True)
-        started, first = time.perf_counter(), self.global_step
-        with (StopRequests() as stop, log_session_steps(self, "finalisation training", first),
-              ThreadGovernor(set_threads=self._use_workers) as governor, self._nets_side_by_side()):
+        started = time.perf_counter()
+        with (TrainingSession(self, "finalisation training", checkpoint_every=self.train_config.checkpoint_every,
+                              progress=progress, progress_label=f"finalise {len(self.nets)} archs",
+                              progress_total=self.stop_step, set_threads=self._use_workers,
+                              adapt_threads=adapt_threads) as session,
+              self._nets_side_by_side()):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.batches(epoch, start):
@@ -548,18 +548,13 @@ class LockstepTrainer:
                         break
                     x, y = self._prepared(x, y)
                     self.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's masks
-                    with governor.timed_step():
+                    with session.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
                     if self.global_step in self.net_steps:  # nets leave the lockstep: steps of another pace
-                        governor.new_phase()
-                    bar.update(1)
-                    bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.3f}")
-                    if (self.global_step % self.train_config.checkpoint_every == 0 or self.done
-                            or step == self.steps_per_epoch - 1):
-                        self.save()
-                    stop.check(self.save)
-        bar.close()
+                        session.new_phase()
+                    session.step_done(checkpoint=self.done or step == self.steps_per_epoch - 1, epoch=epoch,
+                                      loss=f"{np.mean(losses):.3f}")
         logger.info("finalisation training: %d archs at step %d of %d after %.0f s", len(self.nets), self.stop_step,
                     self.total_steps, time.perf_counter() - started)
 
@@ -652,7 +647,7 @@ def _screen(ctx, candidates: Sequence[dict], evaluator: ArchEvaluator,
         logger.info("screening %d archs (ids %s) for %.3g of %.3g epochs", len(candidates),
                     [r["id"] for r in candidates], config.screen_epochs, config.epochs)
         trainer = _screening_trainer(ctx, candidates, evaluator)
-        trainer.train(progress=ctx.progress)
+        trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
         for key, net in zip(keys, trainer.nets):
             if key not in screened:
                 screened[key] = round(float(ctx.task.evaluate(fed_from_cpu(net), "val", all_images=True)), 4)
@@ -810,7 +805,7 @@ def finalize(ctx, records: Sequence[dict], evaluator: ArchEvaluator,
                 keys = [arch_key(r["arch"]) for r in chosen]
         logger.info("finalising %d archs (ids %s, %s init, %s, kd_ratio %g)", len(chosen),
                     [r["id"] for r in chosen], config.init, _epochs_text(trainer.net_epochs), config.kd_ratio)
-        trainer.train(progress=ctx.progress)
+        trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
         calibrate = ctx.config.train.channels_last
         for record, key, net, epochs in zip(chosen, keys, trainer.nets, trainer.net_epochs):
             if key in scored:

@@ -37,12 +37,13 @@ from tasks.data import DataError, batch_seed, to_device
 
 from ..distributed import Distributed
 from ..rundir import atomic_torch_save, load_checkpoint
-from ..runtime import StopRequests, ThreadGovernor, check_finite
+from ..runtime import check_finite
+from .session import TrainingSession
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["TrainConfig", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last",
-           "log_session_steps", "device_of", "batch_share_layers", "ShareDropout"]
+           "device_of", "batch_share_layers", "ShareDropout"]
 
 
 @dataclass
@@ -283,17 +284,16 @@ class SupernetTrainer:
         """Sum the gradients over the processes: each holds its share's part of the whole batch's mean."""
         self.dist.sum_tensors_([p.grad for p in self.supernet.parameters() if p.grad is not None])
 
-    def train(self, progress: bool = True, on_step: Callable[[int], None] | None = None) -> None:
-        """Train to the end, checkpointing as configured. `on_step(global_step)` runs after each step."""
-        from tqdm import tqdm
-
+    def train(self, progress: bool = True, on_step: Callable[[int], None] | None = None,
+              adapt_threads: bool = True) -> None:
+        """Train to the end, checkpointing as configured. `on_step(global_step)` runs after each step;
+        `adapt_threads` lets the thread governor drop to one thread on a busy machine (`TrainingSession`)."""
         if self.done:
             return
-        bar = tqdm(total=self.total_steps, initial=self.global_step, desc=self.progress_label, unit="step",
-                   disable=not progress or not self.dist.is_main, dynamic_ncols=True)
-        started, first = time.perf_counter(), self.global_step
-        with (StopRequests() as stop, log_session_steps(self, f"{self.progress_label} training", first),
-              ThreadGovernor() as governor):
+        started = time.perf_counter()
+        with TrainingSession(self, f"{self.progress_label} training", checkpoint_every=self.config.checkpoint_every,
+                             progress=progress and self.dist.is_main, progress_label=self.progress_label,
+                             adapt_threads=adapt_threads, sync_stop=self.dist.any, on_step=on_step) as session:
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
@@ -301,36 +301,17 @@ class SupernetTrainer:
                         x = x.contiguous(memory_format=torch.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
                     self.scheduler.step_update(self.global_step)
-                    with governor.timed_step():
+                    with session.timed_step():
                         loss = self.train_step(x, y, self.step_archs(epoch, step))
                     if self.ema is not None:
                         self.ema.update(self.supernet, step=self.global_step)
                     self.global_step += 1
-                    bar.update(1)
-                    bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.4f}")
-                    if (self.global_step % self.config.checkpoint_every == 0 or step == self.steps_per_epoch - 1
-                            or self.done):
-                        self.save()
-                    stop.requested = self.dist.any(stop.requested)  # every process stops after the same step
-                    stop.check(self.save)
-                    if on_step is not None:
-                        on_step(self.global_step)
+                    session.step_done(checkpoint=step == self.steps_per_epoch - 1 or self.done, epoch=epoch,
+                                      loss=f"{loss:.3f}", lr=f"{self.optimizer.param_groups[0]['lr']:.4f}")
                     if self.done:
                         break
-        bar.close()
         logger.info("%s training finished: %d steps in %.0f s", self.progress_label, self.total_steps,
                     time.perf_counter() - started)
-
-
-@contextmanager
-def log_session_steps(trainer, what: str, first: int):
-    """Log how many steps this session trained, however it ends: summed over the sessions of a resumed run,
-    they equal the total when no step was repeated."""
-    try:
-        yield
-    finally:
-        logger.info("%s: %d steps in this session, at step %d of %d", what, trainer.global_step - first,
-                    trainer.global_step, trainer.total_steps)
 
 
 def load_trained_supernet(space: SearchSpace, checkpoint_path: Path, config: TrainConfig) -> Supernet:

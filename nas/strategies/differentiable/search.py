@@ -34,8 +34,9 @@ from search_spaces import SearchSpace
 
 from ...errors import ConfigError
 from ...rundir import atomic_torch_save, load_checkpoint
-from ...runtime import StopRequests, ThreadGovernor, check_finite
-from ...training.supernet_training import TrainConfig, log_session_steps, to_channels_last
+from ...runtime import check_finite
+from ...training.session import TrainingSession
+from ...training.supernet_training import TrainConfig, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
 logger = logging.getLogger(__name__)
@@ -345,21 +346,19 @@ class DifferentiableSearch:
                     entry["entropy"], entry["tau"], entry["arch_task_loss"], arch)
 
     # ------------------------------------------------------------------------------------------ the loop
-    def run(self, progress: bool = True, on_step: Optional[Callable[[int], None]] = None) -> None:
+    def run(self, progress: bool = True, on_step: Optional[Callable[[int], None]] = None,
+            adapt_threads: bool = True) -> None:
         """Run (or finish) the search and the fine-tuning, checkpointing as `train.checkpoint_every` says.
 
-        `on_step(global_step)` runs after each step (and its checkpoint).
+        `on_step(global_step)` runs after each step (and its checkpoint); `adapt_threads` as in
+        `SupernetTrainer.train`.
         """
-        from tqdm import tqdm
-
         from tasks.data import batch_seed
 
-        bar = tqdm(total=self.total_steps, initial=self.global_step, desc="dnas", unit="step", disable=not progress,
-                   dynamic_ncols=True)
         started = time.perf_counter()
-        every = self.train_config.checkpoint_every
-        with (StopRequests() as stop, log_session_steps(self, "differentiable search", self.global_step),
-              ThreadGovernor() as governor):
+        with TrainingSession(self, "differentiable search", checkpoint_every=self.train_config.checkpoint_every,
+                             progress=progress, progress_label="dnas", adapt_threads=adapt_threads,
+                             on_step=on_step) as session:
             while self.global_step < self.search_steps:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.weight_batches(epoch, start):
@@ -367,8 +366,8 @@ class DifferentiableSearch:
                     torch.manual_seed(batch_seed(self.seed, epoch, step))
                     self.scheduler.step_update(g)
                     if g == self.warmup_steps:
-                        governor.new_phase()
-                    with governor.timed_step():
+                        session.new_phase()
+                    with session.timed_step():
                         loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
                         if g >= self.warmup_steps:
                             arch_epoch, arch_step = divmod(g - self.warmup_steps,
@@ -380,33 +379,21 @@ class DifferentiableSearch:
                     last = step == self.steps_per_epoch - 1 or self.global_step == self.search_steps
                     if last and epoch >= self.config.warmup_epochs:
                         self._end_of_epoch(epoch - self.config.warmup_epochs)
-                    bar.update(1)
-                    bar.set_postfix(epoch=epoch, loss=f"{loss:.3f}", lat=f"{self.expected_latency_ms():.4f}")
-                    if self.global_step % every == 0 or last:
-                        self.save()
-                    stop.check(self.save)
-                    if on_step is not None:
-                        on_step(self.global_step)
+                    session.step_done(checkpoint=last, epoch=epoch, loss=f"{loss:.3f}",
+                                      lat=f"{self.expected_latency_ms():.4f}")
                     if self.global_step == self.search_steps:
                         break
             arch = self.derived
-            governor.new_phase()
+            session.new_phase()
             per_epoch = self.full_batches.steps_per_epoch()
             while not self.done:
                 epoch, start = divmod(self.global_step - self.search_steps, per_epoch)
                 for step, x, y in self.full_batches(epoch, start):
                     torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
                     self.finetune_scheduler.step_update(self.global_step - self.search_steps)
-                    with governor.timed_step():
+                    with session.timed_step():
                         loss = self.finetune_step(self._input(x), y, arch)
                     self.global_step += 1
-                    bar.update(1)
-                    bar.set_postfix(finetune=epoch, loss=f"{loss:.3f}")
-                    if self.global_step % every == 0 or step == per_epoch - 1:
-                        self.save()
-                    stop.check(self.save)
-                    if on_step is not None:
-                        on_step(self.global_step)
-        bar.close()
+                    session.step_done(checkpoint=step == per_epoch - 1, finetune=epoch, loss=f"{loss:.3f}")
         logger.info("differentiable search finished: %d steps in %.0f s; derived arch %s", self.total_steps,
                     time.perf_counter() - started, arch)
