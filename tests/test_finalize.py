@@ -386,8 +386,9 @@ def test_export_uses_the_finalised_weights(smoke_run, tmp_path):
 
 
 def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path, monkeypatch, caplog):
-    """A copy of the finished run loses its finalisation (screening included), is interrupted after the screening
-    in the middle of the chosen archs' training, then resumed."""
+    """A copy of the finished run loses its finalisation (screening included; its INT8 scores stay, keyed by arch:
+    test_search_e2e.py redoes a lost one), is interrupted after the screening in the middle of the chosen archs'
+    training, then resumed."""
     import nas.training.finalize as finalize_module
 
     run = RunDir(tmp_path / "run")
@@ -395,7 +396,6 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     shutil.rmtree(run.checkpoint_dir / "final")
     (run.checkpoint_dir / "finalize.pt").unlink()
     (run.checkpoint_dir / "finalized.jsonl").unlink()
-    (run.checkpoint_dir / "finalized_int8.jsonl").unlink()
     (run.checkpoint_dir / "screen.pt").unlink()
     (run.checkpoint_dir / "screened.jsonl").unlink()
     original = finalize_module.LockstepTrainer.train_step
@@ -459,7 +459,8 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
 def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
     finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
-    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01"]
+    overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01",
+                 "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
