@@ -115,13 +115,13 @@ def check(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None)
         strategy: for "layer", the VPUTilingStrategy per row (scalar or array).
         n_tiles: for "layer", the tile count per row (scalar or array); the caller sets owt to it.
     """
-    return check_rows(*_per_row(m, context, strategy, n_tiles))
+    return _row_codes(*_per_row(m, context, strategy, n_tiles), True)
 
 
 def broken_rules(m: np.ndarray, context: str = "workload", strategy=None, n_tiles=None) -> list[str]:
     """The first rule of `RULES` each row breaks ("" where it breaks none): why `check` calls a row invalid.
     Arguments as `check`."""
-    return [RULES[c - 1] if c else "" for c in _failed_rules(*_per_row(m, context, strategy, n_tiles))]
+    return [RULES[c - 1] if c else "" for c in _row_codes(*_per_row(m, context, strategy, n_tiles), False)]
 
 
 def _per_row(m, context: str, strategy, n_tiles) -> tuple:
@@ -441,7 +441,12 @@ _RULE_DEVICE, _RULE_OPERATION, _RULE_CMX = 1, 2, 3
 @njit(cache=True)
 def check_row(row, context, strategy, n_tiles) -> int:
     """`check` of one row: error code, 0 if valid. `strategy` and `n_tiles` count in the "layer" context only."""
-    rule = failed_rule(row, context, strategy, n_tiles)
+    return _error_code(failed_rule(row, context, strategy, n_tiles), context)
+
+
+@njit(cache=True)
+def _error_code(rule, context) -> int:
+    """The runtime's error code of a broken rule (0: none broken)."""
     if rule == 0:
         return 0
     if rule == _RULE_DEVICE:
@@ -653,17 +658,11 @@ def _sparsity_ok(row) -> bool:
 
 
 @njit(cache=True)
-def _failed_rules(m, context, strategy, n_tiles):
+def _row_codes(m, context, strategy, n_tiles, error_codes):
+    """Per row (`strategy` and `n_tiles`: one per row): the runtime's error code (`error_codes`), else the code of
+    the first broken rule."""
     out = np.empty(len(m), dtype=np.int64)
     for i in range(len(m)):
-        out[i] = failed_rule(m[i], context, strategy[i], n_tiles[i])
-    return out
-
-
-@njit(cache=True)
-def check_rows(m, context, strategy, n_tiles):
-    """`check` of every row (`strategy` and `n_tiles`: one per row)."""
-    out = np.empty(len(m), dtype=np.int64)
-    for i in range(len(m)):
-        out[i] = check_row(m[i], context, strategy[i], n_tiles[i])
+        rule = failed_rule(m[i], context, strategy[i], n_tiles[i])
+        out[i] = _error_code(rule, context) if error_codes else rule
     return out
