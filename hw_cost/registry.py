@@ -36,5 +36,6 @@ def load_cost_model(spec: str, **options) -> CostModel:
     kind, sep, arg = spec.partition(":")
     if not sep or kind not in COST_MODEL_KINDS or not arg:
         raise CostModelError(f"unknown cost model {spec!r}; expected one of: "
-                             + ", ".join(f"{k}:..." for k in COST_MODEL_KINDS) + " (e.g. vpunn:VPU_2_7, lut:table.json)")
+                             + ", ".join(f"{k}:..." for k in COST_MODEL_KINDS)
+                             + " (e.g. vpunn:VPU_2_7, lut:table.json)")
     return COST_MODEL_KINDS[kind](arg, **options)

@@ -31,7 +31,8 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path):
 def test_overrides_apply_and_are_typed(tmp_path):
     config = load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["train.epochs=2", "search.evolution.population=6",
                                                                     "cost.model=vpunn:VPU_2_0"])
-    assert config.train.epochs == 2 and config.search.settings("evolution").population == 6 and config.cost.model == "vpunn:VPU_2_0"
+    assert config.train.epochs == 2 and config.search.settings("evolution").population == 6
+    assert config.cost.model == "vpunn:VPU_2_0"
     config = load_config(CONFIGS / "fmnist_mobilenet.yaml", ["space.stages.0.expand_ratios=[1, 3]",
                                                              "space.stages.3.depths=[2]"])
     assert config.space.stages[0].expand_ratios == [1, 3] and config.space.stages[3].depths == [2]

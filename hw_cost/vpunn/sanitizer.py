@@ -25,7 +25,8 @@ from .errors import (ERROR_INPUT_TOO_BIG, ERROR_INVALID_INPUT_CONFIGURATION, ERR
                      ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION, VpunnError)
 from .workload import F
 
-__all__ = ["sanitize", "layer_fixups", "check", "broken_rules", "RULES", "cmx_required", "weights_bytes", "dtype_bytes", "PAGE", "CONTEXTS"]
+__all__ = ["sanitize", "layer_fixups", "check", "broken_rules", "RULES", "cmx_required", "weights_bytes", "dtype_bytes",
+           "PAGE", "CONTEXTS"]
 
 _DTYPE = int_codes(DataType)
 _ISI = int_codes(ISIStrategy)

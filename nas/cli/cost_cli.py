@@ -195,7 +195,8 @@ def add_vpunn_parser(sub) -> None:
     by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0, VPU_2_7, VPU_4_0 or "
                                             "NPU_5_0)")
 
-    dpu = kinds.add_parser("dpu", parents=[common, by_device], help="DPU workloads -> id,cycles,error,rule (the validity rule an invalid one breaks)")
+    dpu = kinds.add_parser("dpu", parents=[common, by_device],
+                           help="DPU workloads -> id,cycles,error,rule (the validity rule an invalid one breaks)")
     dpu.set_defaults(handler=_vpunn_dpu)
 
     layer = kinds.add_parser("layer", parents=[common, by_device], help="layers -> layer_id,strategy,cycles,error")
