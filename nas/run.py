@@ -255,14 +255,14 @@ def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dic
     settings = ctx.config.search.settings()
     target = settings.target_latency_ms(ctx.space, ctx.cost_model) if hasattr(settings, "target_latency_ms") else None
     for record in finalised if target else ():
-        if arch_key(record["arch"]) in measured:
-            ms = measured[arch_key(record["arch"])]
+        ms = measured.get(arch_key(record["arch"]))
+        if ms is not None:
             off = ms / target - 1
-            logger.log(logging.INFO if abs(off) <= TARGET_TOLERANCE else logging.WARNING,
+            within = abs(off) <= TARGET_TOLERANCE
+            logger.log(logging.INFO if within else logging.WARNING,
                        "latency target %.4f ms: arch %d measured %.4f ms end to end on this machine (%+.1f%%, %s "
                        "+-%d%%; %.4f ms on the cost model)", target, record["id"], ms, 100 * off,
-                       "within" if abs(off) <= TARGET_TOLERANCE else "outside", 100 * TARGET_TOLERANCE,
-                       record["latency_ms"])
+                       "within" if within else "outside", 100 * TARGET_TOLERANCE, record["latency_ms"])
 
 
 def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
@@ -277,7 +277,7 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     finals = finalize(ctx, records, outcome.evaluator, seconds_left=budget * 60 - clock.elapsed() if budget else None)
     clock.start("measuring the finalised archs")
     # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
-    finalised = list({arch_key(r["arch"]): r for r in records if arch_key(r["arch"]) in finals}.values())
+    finalised = list({key: r for r in records if (key := arch_key(r["arch"])) in finals}.values())
     _log_against_target(ctx, finalised, measured_beside_predicted(ctx, finalised))
     rows = write_results(ctx, records, test_metrics, finals)
     clock.start("baselines")

@@ -140,15 +140,15 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)
-    todo = list({arch_key(r["arch"]): r for r in records if arch_key(r["arch"]) not in done}.values())
+    keys = [arch_key(r["arch"]) for r in records]
+    todo = {key: r["arch"] for key, r in zip(keys, records) if key not in done}
     if todo:
-        measured = measure_here(ctx.space, model.table, [r["arch"] for r in todo])
-        for record, ms in zip(todo, measured):
-            key = arch_key(record["arch"])
+        measured = measure_here(ctx.space, model.table, list(todo.values()))
+        for key, ms in zip(todo, measured):
             done[key] = round(float(ms), 4)
             journal.append({"key": key, "measured_ms": done[key]})
         logger.info("measured %d finalised archs end to end on this machine (%s)", len(todo), model.name)
-    return {arch_key(r["arch"]): done[arch_key(r["arch"])] for r in records}
+    return {key: done[key] for key in keys}
 
 
 def measured_journal(run_dir) -> Path:
