@@ -12,11 +12,12 @@ from conftest import SMOKE
 from nas.cli import main
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
-from nas.training.finalize import (FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs, feasible_records,
-                          planned_seconds, ranking_fidelity, select_spread)
 from nas.reporting.report import headline
 from nas.rundir import RunDir, read_csv
+from nas.training.finalize import (FinalizationPlan, FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs,
+                                   feasible_records, planned_seconds, ranking_fidelity, select_spread)
 from nas.training.supernet_training import TrainConfig
+from search_spaces import arch_key
 
 
 def _records(points):
@@ -229,13 +230,20 @@ def test_nets_trained_side_by_side_match_one_thread_and_keep_their_dropouts(tmp_
     assert not torch.equal(one[0], one[1])  # each net its own masks (same weights, same batches)
 
 
+def _lr_at(trainer: LockstepTrainer, step: int, net: int = 0) -> float:
+    """The learning rate net `net`'s schedule gives at `step` (timm's scheduler, stepped per update)."""
+    trainer.schedulers[net].step_update(step)
+    return trainer.optimizers[net].param_groups[0]["lr"]
+
+
 def test_lockstep_training_learns_and_resumes_bit_for_bit(tmp_path):
     task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
                                        checkpoint_every=3)
     config = FinalizeConfig(epochs=2, warmup_epochs=1, kd_ratio=0.0)
     whole = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "a.pt", ["x", "y"])
-    assert whole.total_steps == 16 and whole.lr(0) == pytest.approx(0.0005) and whole.lr(8) == pytest.approx(0.05)
-    assert whole.lr(16) == pytest.approx(0.0)
+    assert whole.total_steps == 16 and _lr_at(whole, 0) == pytest.approx(0.0005)  # warm-up from 1% of the peak
+    assert _lr_at(whole, 4) == pytest.approx(0.0005 + 0.5 * 0.0495) and _lr_at(whole, 8) == pytest.approx(0.05)
+    assert _lr_at(whole, 12) == pytest.approx(0.025) and _lr_at(whole, 16) == pytest.approx(0.0)  # cosine to 0
     before = [net[1].weight.detach().clone() for net in whole.nets]
     whole.train(progress=False)
     assert all(not torch.equal(b, net[1].weight) for b, net in zip(before, whole.nets))
@@ -265,21 +273,21 @@ def test_finalisation_batch_size_of_its_own(tmp_path):
 
 
 def test_shortened_schedule_is_kept_on_resume(tmp_path):
-    """A schedule shortened before its first step (a run budget) equals one configured that long, and a resumed
-    trainer keeps it from its checkpoint; timing steps on copies leaves the nets as they were."""
+    """A schedule planned shorter than configured (a run budget) equals one configured that long, and a trainer
+    resumed without the plan (a checkpoint from before plans were kept) follows its checkpoint's; timing steps on
+    copies leaves the nets as they were."""
     task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
                                        checkpoint_every=3)
     short = LockstepTrainer(_nets(), None, task, train, FinalizeConfig(epochs=1, kd_ratio=0.0), 0,
                             tmp_path / "short.pt", ["x", "y"])
     short.train(progress=False)
     config = FinalizeConfig(epochs=2, kd_ratio=0.0)
-    shortened = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
+    shortened = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"], epochs=[1, 1])
+    assert shortened.total_steps == shortened.stop_step == 8
     before = [net[1].weight.detach().clone() for net in shortened.nets]
     step_seconds, net_seconds = shortened.time_steps(steps=2)
     assert step_seconds > 0 and len(net_seconds) == 2 and 0 < max(net_seconds) <= step_seconds
     assert all(torch.equal(b, net[1].weight) for b, net in zip(before, shortened.nets))
-    shortened.reschedule(1)
-    assert shortened.total_steps == shortened.stop_step == 8
     shortened.save()
     _train_killed_at_call(shortened, 5)
     resumed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "b.pt", ["x", "y"])
@@ -289,11 +297,11 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
     for a, b in zip(short.nets, resumed.nets):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RuntimeError, match="started"):
-        resumed.reschedule(2)
+        resumed.continue_from(tmp_path / "short.pt")
 
 
 def test_each_net_trains_its_own_schedule(tmp_path):
-    """Nets rescheduled to epochs of their own train as if each had its schedule alone (its cosine ends at its
+    """Nets planned for epochs of their own train as if each had its schedule alone (its cosine ends at its
     last step; it trains no further while the others go on), also when killed after the shorter one ended."""
     task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False,
                                        checkpoint_every=3)
@@ -306,8 +314,7 @@ def test_each_net_trains_its_own_schedule(tmp_path):
 
     one, two = trained(1, "one.pt"), trained(2, "two.pt")
     config = FinalizeConfig(epochs=1.5, kd_ratio=0.0)
-    mixed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "mixed.pt", ["x", "y"])
-    mixed.reschedule([1, 2])
+    mixed = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "mixed.pt", ["x", "y"], epochs=[1, 2])
     assert (mixed.net_steps, mixed.total_steps, mixed.net_epochs) == ([8, 16], 16, [1, 2])
     mixed.save()
     _train_killed_at_call(mixed, 12)
@@ -330,15 +337,18 @@ def test_screened_archs_continue_their_schedule(tmp_path):
     screen = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "screen.pt", ["x", "y"],
                              stop_epochs=0.5)
     screen.train(progress=False)
-    assert screen.global_step == 4 and screen.done and screen.lr(4) == whole.lr(4)
-    kept = screen.continued([1], tmp_path / "kept.pt")
-    assert kept.names == ["y"] and not kept.done
+    assert screen.global_step == 4 and screen.done
+    kept = LockstepTrainer(_nets()[1:], None, task, train, config, 0, tmp_path / "kept.pt", ["y"])
+    kept.continue_from(tmp_path / "screen.pt")
+    assert kept.global_step == 4 and not kept.done and _lr_at(kept, 4) == _lr_at(whole, 4)
     _train_killed_at_call(kept, 6)
-    again = LockstepTrainer(_nets(), None, task, train, config, 0, tmp_path / "screen.pt", ["x", "y"],
-                            stop_epochs=0.5).continued([1], tmp_path / "kept.pt")
+    again = LockstepTrainer(_nets()[1:], None, task, train, config, 0, tmp_path / "kept.pt", ["y"])
     assert again.global_step == 9  # the continuation's last checkpoint (every 3 steps), not the screening's
     again.train(progress=False)
     assert again.global_step == 16 and torch.equal(again.nets[0][1].weight, whole.nets[1][1].weight)
+    other = LockstepTrainer(_nets()[1:], None, task, train, config, 0, tmp_path / "other.pt", ["z"])
+    with pytest.raises(RunDirError, match="does not hold 1 of the archs"):
+        other.continue_from(tmp_path / "screen.pt")
 
 
 def test_headline_against_the_baselines():
@@ -394,6 +404,7 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     run = RunDir(tmp_path / "run")
     shutil.copytree(smoke_run.path, run.path)
     shutil.rmtree(run.checkpoint_dir / "final")
+    (run.checkpoint_dir / "finalize_plan.json").unlink()
     (run.checkpoint_dir / "finalize.pt").unlink()
     (run.checkpoint_dir / "finalized.jsonl").unlink()
     (run.checkpoint_dir / "screen.pt").unlink()
@@ -411,11 +422,29 @@ def test_finalisation_interrupted_resumes_to_the_same_result(smoke_run, tmp_path
     assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 130  # interrupted
     assert not (run.checkpoint_dir / "finalized.jsonl").exists()
     assert len((run.checkpoint_dir / "screened.jsonl").read_text().splitlines()) == 5
+    plan = FinalizationPlan.load(run.checkpoint_dir, epochs=1.0)
+    assert plan.from_screening and plan.epochs == [1, 1, 1] and len(set(plan.keys)) == 3
     monkeypatch.setattr(finalize_module.LockstepTrainer, "train_step", original)
     with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(["search", SMOKE, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "resumed finalisation at step 8 of 16" in caplog.text and "screening" not in caplog.text
     assert run.candidates.read_text() == smoke_run.candidates.read_text()
+
+
+def test_plan_is_kept_and_read_from_checkpoints_older_than_plans(tmp_path):
+    """The plan round-trips through its file; a run directory from before plans were kept gives its training
+    checkpoint's archs; archs a changed config no longer offers are refused with the reason."""
+    assert FinalizationPlan.load(tmp_path, epochs=1.0) is None
+    records = [{"id": i, "arch": {"width": w}} for i, w in enumerate((8, 16, 24))]
+    keys = [arch_key(r["arch"]) for r in records]
+    FinalizationPlan([keys[2], keys[0]], [2.0, 0.5]).save(tmp_path)
+    plan = FinalizationPlan.load(tmp_path, epochs=1.0)
+    assert plan == FinalizationPlan([keys[2], keys[0]], [2.0, 0.5]) and plan.records(records) == [records[2], records[0]]
+    (tmp_path / "finalize_plan.json").unlink()
+    torch.save({"names": [keys[1]], "global_step": 3}, tmp_path / "finalize.pt")
+    assert FinalizationPlan.load(tmp_path, epochs=1.5) == FinalizationPlan([keys[1]], [1.5])
+    with pytest.raises(RunDirError, match="1 of the 1 archs of the run's finalisation plan are no longer"):
+        FinalizationPlan.load(tmp_path, epochs=1.5).records(records[:1])
 
 
 def test_budgeted_archs():
@@ -429,7 +458,8 @@ def _unfinalised_copy(smoke_run, path, overrides) -> RunDir:
     run = RunDir(path)
     shutil.copytree(smoke_run.path, run.path)
     shutil.rmtree(run.checkpoint_dir / "final")
-    for name in ("finalize.pt", "finalized.jsonl", "finalized_int8.jsonl", "screen.pt", "screened.jsonl"):
+    for name in ("finalize_plan.json", "finalize.pt", "finalized.jsonl", "finalized_int8.jsonl", "screen.pt",
+                 "screened.jsonl"):
         (run.checkpoint_dir / name).unlink()
     run.config.write_text(config_to_yaml(load_config(run.config, overrides)))
     return run
@@ -474,7 +504,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
     """The better of the trained net and the inherited subnet on the whole val split is kept (and its test scores
     reported)."""
-    from nas.training.finalize import _better_of
+    from nas.training.finalize import better_of
 
     class Task:
         metric = "top1"
@@ -488,9 +518,9 @@ def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights(
         return module
 
     trained, inherited = net(80.0, 79.0), net(85.0, 84.0)
-    kept, scores, rejected = _better_of(Task(), trained, inherited)
+    kept, scores, rejected = better_of(Task(), trained, inherited)
     assert kept is inherited and scores == {"final_top1": 85.0, "final_test_top1": 84.0} and rejected == 80.0
-    kept, scores, rejected = _better_of(Task(), net(86.0, 70.0), inherited)  # val decides, not test
+    kept, scores, rejected = better_of(Task(), net(86.0, 70.0), inherited)  # val decides, not test
     assert scores == {"final_top1": 86.0, "final_test_top1": 70.0} and rejected is None
 
 

@@ -2,7 +2,7 @@
 
 `supernet_training.py` trains the supernet (sandwich rule, checkpoints, the training recipe `TrainConfig`);
 `evaluation.py` scores archs with inherited weights (subnet extraction, batch-norm recalibration, journaled
-scores); `finalize.py` trains the chosen archs further in lockstep (`FinalizeConfig`) and scores them;
+scores); `finalize/` trains the chosen archs further in lockstep (`FinalizeConfig`) and scores them;
 `captured_step.py` runs a training step as a captured CUDA graph; `session.py` is the frame every training loop
 runs its steps in (stop requests, thread governor, progress, checkpoints).
 """
