@@ -38,8 +38,9 @@ class ClassificationConfig:
         train_size: train on a fixed random subset of this many images (0 = the whole training split).
         label_smoothing: of the cross-entropy loss (timm's LabelSmoothingCrossEntropy).
         calib_images: training images (un-augmented) used to recalibrate batch norm of a subnet.
-        eval_images: score search candidates on the first N images of the val split (0 = all of it); the
-            test split is always scored whole.
+        eval_images: score search candidates on the first N images of the val split (0 = all of it).
+        test_images: the test split's first N images (0 = all of it). Every test metric of a run (the front, the
+            finalised archs, INT8, the baselines) is then on these images; the smoke configs use it to run quickly.
         loader_workers: processes that build training batches ahead of the training (0 = the run's own process
             builds each when it is due). Image folders at 224 px need them on a GPU: one process decodes and
             augments a few hundred images a second, a GPU trains thousands (`scripts/bench_gpu.py --imagenet`
@@ -61,12 +62,14 @@ class ClassificationConfig:
     label_smoothing: float = 0.1
     calib_images: int = 2000
     eval_images: int = 0
+    test_images: int = 0
     loader_workers: int = 0
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
             raise DataError(f"dataset: unknown {self.dataset!r}; valid: {', '.join(DATASETS)}")
-        for name in ("val_size", "train_size", "calib_images", "eval_images", "crop_padding", "loader_workers"):
+        for name in ("val_size", "train_size", "calib_images", "eval_images", "test_images", "crop_padding",
+                     "loader_workers"):
             if getattr(self, name) < 0:
                 raise DataError(f"{name}: must be >= 0")
         if self.auto_augment and self.dataset != "image_folder":
@@ -99,6 +102,10 @@ class ClassificationTask:
         else:
             self.train = train_full.subset(train_idx)
         self.val = train_full.subset(val_idx)
+        if config.test_images:
+            if config.test_images > len(self.test):
+                raise DataError(f"test_images {config.test_images} exceeds the {len(self.test)} test images")
+            self.test = self.test.subset(np.arange(config.test_images))
         # un-augmented training images for batch-norm recalibration: a fixed sample, the same for every subnet
         calib_idx = np.random.default_rng([seed, 1]).permutation(len(train_idx))[:config.calib_images]
         self.calib = train_full.subset(train_idx[np.sort(calib_idx)])

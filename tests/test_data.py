@@ -65,6 +65,28 @@ def test_task_splits_and_top1(fake_fmnist):
     assert task.evaluate(AlwaysZero(), "test") == 100.0 * np.mean(test_labels == 0)
 
 
+def test_test_images_cut_the_test_split_for_every_test_metric(fake_fmnist):
+    """`test_images` keeps the test split's first N images; a trained baseline's cache entry tells the cuts apart
+    and keeps its key for the whole split."""
+    from nas.baselines.cache import cache_key
+    from nas.training.supernet_training import TrainConfig
+
+    cut = ClassificationConfig(root=str(fake_fmnist), val_size=50, calib_images=64, test_images=40)
+    task = ClassificationTask(cut, seed=0)
+    _, test_labels = read_fashion_mnist(fake_fmnist, train=False)
+
+    class AlwaysZero(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.one_hot(torch.zeros(len(x), dtype=torch.long), 10).float()
+
+    assert len(task.test) == 40 and task.evaluate(AlwaysZero(), "test") == 100.0 * np.mean(test_labels[:40] == 0)
+    with pytest.raises(DataError, match="test_images 101 exceeds the 100 test images"):
+        ClassificationTask(ClassificationConfig(root=str(fake_fmnist), val_size=50, test_images=101), seed=0)
+    whole = ClassificationConfig(root=str(fake_fmnist), val_size=50, calib_images=64)
+    keys = [cache_key({"network": "resnet18"}, (1, 28, 28), 10, config, TrainConfig(), 0) for config in (cut, whole)]
+    assert keys[0]["task"]["test_images"] == 40 and "test_images" not in keys[1]["task"]
+
+
 def test_unknown_dataset_and_bad_sizes(fake_fmnist):
     with pytest.raises(DataError, match="valid: fashion_mnist"):
         ClassificationTask(ClassificationConfig(dataset="mnist3d", root=str(fake_fmnist)), seed=0)

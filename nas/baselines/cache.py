@@ -44,6 +44,8 @@ def cache_key(network: dict, input_shape, num_classes: int, task_config, train_c
     import torchvision
 
     task = {k: v for k, v in dataclasses.asdict(task_config).items() if k not in _TASK_IRRELEVANT}
+    if not task.get("test_images"):  # the whole test split, as entries made before the setting existed say
+        task.pop("test_images", None)
     train = {k: v for k, v in dataclasses.asdict(train_config).items() if k not in _TRAIN_IRRELEVANT}
     key = {"format": FORMAT, **network, "input_shape": list(input_shape), "num_classes": num_classes,
            "task": task, "train": train, "seed": seed, "torchvision": torchvision.__version__}
