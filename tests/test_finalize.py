@@ -466,23 +466,25 @@ def _unfinalised_copy(smoke_run, path, overrides) -> RunDir:
 
 
 def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path, caplog):
-    """Resumed under a budget with time to spare, max_archs 5 and max_epochs 2, the smoke run finalises 5 archs
-    instead of 3, for 2 epochs instead of 1; resumed once more, it keeps that plan and trains nothing again."""
+    """Resumed under a budget with time to spare, max_archs 4 and max_epochs 1.5, the smoke run finalises 4 archs
+    instead of 3, for 1.5 epochs instead of 1, and keeps that plan; resumed once more, it trains nothing again."""
     overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=600",
-                 "search.finalize.max_archs=5", "search.finalize.max_epochs=2", "search.finalize.int8=false"]
+                 "search.finalize.max_archs=4", "search.finalize.max_epochs=1.5", "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     args = ["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]
     with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(args) == 0
-    assert "5 archs, a lockstep step takes" in caplog.text and "-> 2 epochs (configured: 1;" in caplog.text
-    assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 32  # twice the smoke's 16 steps
+    assert "4 archs, a lockstep step takes" in caplog.text and "-> 1.5 epochs (configured: 1;" in caplog.text
+    assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 24  # 1.5 times the smoke's 16 steps
     final = {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""}
-    assert len(final) == 5
-    assert {r["final_epochs"] for r in read_csv(run.candidates) if r["id"] in final} == {"2.0"}
+    assert len(final) == 4
+    assert {r["final_epochs"] for r in read_csv(run.candidates) if r["id"] in final} == {"1.5"}
+    plan = FinalizationPlan.load(run.checkpoint_dir, epochs=1.0)
+    assert len(plan.keys) == 4 and plan.epochs == [1.5] * 4 and not plan.from_screening
     caplog.clear()
     with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(args) == 0
-    assert "run budget" not in caplog.text and "finalised 5 archs" in caplog.text
+    assert "run budget" not in caplog.text and "finalised 4 archs" in caplog.text
     assert {r["id"] for r in read_csv(run.candidates) if r["final_top1"] != ""} == final
 
 

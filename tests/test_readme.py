@@ -22,10 +22,10 @@ from nas.rundir import read_csv
 
 DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 #: shrink a classification search to seconds: a sliver of the data, one short generation, two finalised archs (no
-#: run budget: with time to spare, the default's would finalise every arch, each scored on the whole val and test
-#: splits; tests/test_finalize.py runs the budget)
+#: run budget: with time to spare, the default's would finalise every arch, each scored on the whole val split;
+#: tests/test_finalize.py runs the budget)
 SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
-         "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
+         "task.test_images=1000", "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
          "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
          "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0", "search.finalize.max_epochs=0",
          "search.finalize.int8=false", "baselines=[]"]

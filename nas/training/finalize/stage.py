@@ -69,10 +69,11 @@ def _trainer(ctx, plan: FinalizationPlan, chosen: Sequence[dict], evaluator: Arc
     """The trainer of the plan's archs: resumed from its checkpoint when there is one, else continuing the
     screening's training where the plan says so, else from the start."""
     checkpoint = ctx.run_dir.checkpoint_dir / CHECKPOINT_FILE
+    screening = ctx.run_dir.checkpoint_dir / SCREENING_CHECKPOINT_FILE
     started = checkpoint.exists()
     trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint, epochs=plan.epochs)
-    if plan.from_screening and not started:
-        trainer.continue_from(ctx.run_dir.checkpoint_dir / SCREENING_CHECKPOINT_FILE)
+    if plan.from_screening and not started and screening.exists():  # none: a screening too short for one step
+        trainer.continue_from(screening)
     return trainer
 
 
