@@ -250,10 +250,9 @@ TARGET_TOLERANCE = 0.10
 
 
 def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dict[str, float]) -> None:
-    """A search with a latency target (`target_latency_ms` of its strategy's settings): each finalised arch's
-    latency measured end to end on this machine against it."""
-    settings = ctx.config.search.settings()
-    target = settings.target_latency_ms(ctx.space, ctx.cost_model) if hasattr(settings, "target_latency_ms") else None
+    """A search with a latency target (`SearchStrategy.latency_target_ms`): each finalised arch's latency measured
+    end to end on this machine against it."""
+    target = ctx.config.search.latency_target_ms(ctx.space, ctx.cost_model)
     for record in finalised if target else ():
         ms = measured.get(arch_key(record["arch"]))
         if ms is not None:

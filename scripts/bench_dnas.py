@@ -12,9 +12,10 @@ time (time.process_time) of each, per relaxation, and their ratio (target: at mo
 
 What a run hands over (`--run`): each finalised arch of a finished differentiable run with its val / test metric,
 its latency on the run's cost model and measured end to end on this machine (OpenVINO, as the run's latency table
-was measured; the run's own measurement where it made one), against the run's latency target. With `--against`, the
-finalised archs of other runs (e.g. the evolution's default run) are measured the same way, right after, and each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it
-(at least its test metric, at most its measured latency).
+was measured; the run's own measurement where it made one), against the run's latency target. With `--against`,
+the finalised archs of other runs (e.g. the evolution's default run) are measured the same way, right after, and
+each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it (at
+least its test metric, at most its measured latency).
 """
 from __future__ import annotations
 
@@ -65,15 +66,13 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
         raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
                          "latency table of this machine (lut:...)")
     load_run_correction(cost, run)  # the table as the run used it: a target relative to the space resolves alike
-    settings = config.search.settings()
-    target = (settings.target_latency_ms(build_task_and_space(config)[1], cost)
-              if hasattr(settings, "target_latency_ms") else None)
+    space = build_task_and_space(config)[1]
+    target = config.search.latency_target_ms(space, cost)
     ours, metric = _finalised(run)
     others = [(RunDir(path), *_finalised(RunDir(path))) for path in against]
-    groups = [(run, ours)] + [(other, rows) for other, rows, _ in others]
-    for group, rows in groups:  # each run's networks interleaved in rounds, as the run's table was measured
-        space = build_task_and_space(load_config(group.config))[1]
-        for row, ms in zip(rows, measure_here(space, cost.table, [r["arch"] for r in rows])):
+    groups = [(space, ours)] + [(build_task_and_space(load_config(other.config))[1], rows) for other, rows, _ in others]
+    for group_space, rows in groups:  # each run's networks interleaved in rounds, as the run's table was measured
+        for row, ms in zip(rows, measure_here(group_space, cost.table, [r["arch"] for r in rows])):
             row["here_ms"] = round(float(ms), 4)
     recorded = measured_latencies(run)  # what the run measured at its end, where it did
     out = []

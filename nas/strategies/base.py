@@ -76,6 +76,12 @@ class SearchStrategy(ABC):
         """The records of a search with these settings that finalisation may choose from (default: all)."""
         return records
 
+    @classmethod
+    def latency_target_ms(cls, settings, space, cost_model) -> Optional[float]:
+        """The latency a search with these settings aims its archs at, in ms on `cost_model` (None: no target;
+        the run measures each finalised arch against a target and logs how far off it is)."""
+        return None
+
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
 
@@ -297,6 +303,10 @@ class DifferentiableSearchStrategy(SearchStrategy):
         a search not yet finished, not a result."""
         return records if settings.finalize_every_epoch else records[-1:]
 
+    @classmethod
+    def latency_target_ms(cls, settings: DifferentiableConfig, space, cost_model) -> Optional[float]:
+        return settings.target_latency_ms(space, cost_model)
+
     def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
         super().__init__(ctx, on_generation)
         self.search = DifferentiableSearch(ctx.space, ctx.task, ctx.cost_model, ctx.config.train, self.settings,
@@ -376,3 +386,7 @@ class SearchConfig:
     def finalize_candidates(self, records: list[dict]) -> list[dict]:
         """The running strategy's `SearchStrategy.finalize_candidates` with its settings."""
         return self.strategy_class.finalize_candidates(self.settings(), records)
+
+    def latency_target_ms(self, space, cost_model) -> Optional[float]:
+        """The running strategy's `SearchStrategy.latency_target_ms` with its settings."""
+        return self.strategy_class.latency_target_ms(self.settings(), space, cost_model)
