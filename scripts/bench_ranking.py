@@ -5,9 +5,9 @@ images per candidate, and the accuracy predictor.
 
 RUN_DIR holds a probe set (`vpunas probe RUN_DIR`). Each (calib_images, eval_images) pair re-scores the probe
 archs on the run's supernet with those task settings (eval_images 0: the whole val split) and gives Kendall tau and
-Spearman (95 % bootstrap intervals) against the standalone val and test metric, over all probe archs and over those
-within the search's latency limit; then the accuracy predictor's held-out predictions (`nas.ranking.accuracy_predictor`)
-fitted on each pair's inherited scores. Seconds per pair are printed too (the scoring cost of one candidate is
+Spearman (95 % bootstrap intervals) against the standalone val and test metric (`nas.ranking.probe.probe_figures`),
+over all probe archs and over those within the search's latency limit; then the accuracy predictor's held-out
+predictions (`nas.ranking.accuracy_predictor`) fitted on each pair's inherited scores. Seconds per pair are printed too (the scoring cost of one candidate is
 what a search pays for a setting); run it on an otherwise idle machine for them to mean anything.
 """
 from __future__ import annotations
@@ -22,24 +22,19 @@ import numpy as np
 from nas.config import load_config
 from nas.context import build_context
 from nas.ranking.accuracy_predictor import arch_features, held_out_predictions
-from nas.ranking.probe import format_stat, ranking_stats
+from nas.ranking.probe import figure_lines, probe_figures
 from nas.rundir import RunDir, atomic_write_text, read_csv
 from nas.training.evaluation import ArchEvaluator
 from nas.training.supernet_training import load_trained_supernet
 
 
 def _rankings(rows: list[dict], inherited: list[float], predicted: np.ndarray, metric: str) -> dict:
-    """name -> ranking_stats for each (ranking, truth, subset) of one scoring setting."""
-    within = np.array([r["within_limit"] == "True" for r in rows])
-    out = {}
-    for truth in ("val", "test"):
-        column = f"standalone_{metric}" if truth == "val" else f"standalone_test_{metric}"
-        y = np.array([float(r[column]) for r in rows])
-        for name, x in (("inherited", np.array(inherited)), ("predictor (held out)", predicted)):
-            out[f"{name} vs standalone {truth}"] = ranking_stats(x, y)
-            if 3 <= within.sum() < len(rows):
-                out[f"{name} vs standalone {truth}, within the limit"] = ranking_stats(x[within], y[within])
-    return out
+    """name -> ranking_stats of this scoring setting's inherited metric and held-out predictions, against the
+    standalone val and test metric (`probe_figures`, over all probe archs and those within the latency limit)."""
+    rescored = [dict(r, **{f"inherited_{metric}": x, f"held_out_predicted_{metric}": p})
+                for r, x, p in zip(rows, inherited, predicted)]
+    return {f"{name} vs standalone {truth}": stats for truth in ("val", "test")
+            for name, stats in probe_figures(rescored, metric, truth=truth).items()}
 
 
 def main() -> None:
@@ -71,9 +66,8 @@ def main() -> None:
             results.append({"calib_images": calib, "eval_images": eval_images, "seconds_per_arch": seconds,
                             "figures": figures})
             print(f"calib_images {calib}, eval_images {eval_images or 'all'}: {seconds:.2f} s an arch")
-            for name, stats in figures.items():
-                print(f"  {name} ({stats['archs']} archs): Kendall tau {format_stat(stats, 'kendall_tau')}, "
-                      f"Spearman {format_stat(stats, 'spearman')}")
+            for line in figure_lines(figures):
+                print(f"  {line}")
     out = Path(args.out) if args.out else run.path / "bench_ranking.json"
     atomic_write_text(out, json.dumps(results, indent=1) + "\n")
     print(out)

@@ -98,7 +98,7 @@ def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
                     "--eval-images", "100", "0", "--out", str(out)], check=True, capture_output=True, cwd=REPO)
     settings = json.loads(out.read_text())
     assert [(s["calib_images"], s["eval_images"]) for s in settings] == [(64, 100), (64, 0)]
-    assert {"inherited vs standalone val", "predictor (held out) vs standalone test"} <= set(settings[0]["figures"])
+    assert {"inherited vs standalone val", "predictor, held out vs standalone test"} <= set(settings[0]["figures"])
 
 
 def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):

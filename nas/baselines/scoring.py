@@ -174,13 +174,15 @@ def _check_standalone(ctx, spec: dict) -> None:
     _baseline_recipe(ctx, spec)
 
 
-def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig) -> tuple[nn.Module, int]:
+def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig,
+                        label: str | None = None) -> tuple[nn.Module, int]:
     """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ (an interrupted run
-    resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained."""
+    resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.
+    `label`: what the progress bar calls it (default: the baseline's name)."""
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
     trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
-    trainer.progress_label = f"baseline {spec['name']}"
+    trainer.progress_label = label or f"baseline {spec['name']}"
     trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
     return trainer.trained_model.net.eval(), trainer.total_steps
 
@@ -353,10 +355,13 @@ def cached_baseline_path(ctx, spec: dict):
     return BaselineCache().path(_cache_entry(ctx, spec).key)
 
 
-def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None) -> tuple[dict, int]:
-    """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
-    cached."""
+def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
+                          label: str | None = None) -> tuple[dict, int]:
+    """The scores and training steps of a `reference` or `zoo` baseline (or of another network `entry` describes,
+    such as a probe arch): from the cache, or trained now and cached. `label`: what the log calls it (default
+    `baselines[<name>]`)."""
     entry = entry or _cache_entry(ctx, spec)
+    label = label or f"baselines[{spec['name']}]"
     task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
 
     def fresh() -> nn.Module:
@@ -365,13 +370,11 @@ def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None) -> t
 
     cached = cache.load(entry.key, fresh())
     if cached is not None:
-        logger.info("baselines[%s]: trained weights and scores from the cache (%s)", spec["name"],
-                    cache.path(entry.key))
+        logger.info("%s: trained weights and scores from the cache (%s)", label, cache.path(entry.key))
         return cached.scores, cached.steps
-    model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe)
+    model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe, label)
     scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
-    logger.info("baselines[%s]: trained %d steps; cached in %s", spec["name"], steps,
-                cache.store(entry.key, model, scores, steps))
+    logger.info("%s: trained %d steps; cached in %s", label, steps, cache.store(entry.key, model, scores, steps))
     return scores, steps
 
 

@@ -122,8 +122,9 @@ def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
     if not train and not all(cache.path(entry.key).exists() for _, entry in entries):
         return None
     # named by its cache file, so that a checkpoint under RUN_DIR/checkpoint resumes only the same training
-    return [(arch, train_cached_baseline(ctx, {"name": cache.path(entry.key).stem}, entry)[0])
-            for arch, entry in entries]
+    return [(arch, train_cached_baseline(ctx, {"name": cache.path(entry.key).stem}, entry,
+                                         label=f"probe arch {i + 1} of {len(entries)}")[0])
+            for i, (arch, entry) in enumerate(entries)]
 
 
 def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
@@ -164,15 +165,19 @@ def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
 MIN_PREDICTOR_ARCHS = 5
 
 
-def probe_figures(rows: Sequence[dict], metric: str, resamples: int = 2000, seed: int = 0) -> dict[str, dict]:
+def probe_figures(rows: Sequence[dict], metric: str, resamples: int = 2000, seed: int = 0,
+                  truth: str = "test") -> dict[str, dict]:
     """What ranks the probe archs how well (`ranking_stats`), against their standalone test metric: the test split
     is the largest (Fashion-MNIST: 10,000 images against the 2,500 val images that score candidates), so it ranks
     archs whose accuracies lie within a point of each other with the least noise. Never used to choose anything.
     The figures: the supernet's inherited metric over all probe archs and over those within the search's latency
     limit, the accuracy predictor's held-out predictions where probe.csv has them, and the standalone val metric
-    itself: the most a ranking scored on the val images can reach, what the noise of the val split leaves."""
+    itself: the most a ranking scored on the val images can reach, what the noise of the val split leaves.
+    `truth="val"` ranks against the standalone val metric instead (which shares the val split's noise)."""
+    truth_column = {"test": f"standalone_test_{metric}", "val": f"standalone_{metric}"}[truth]
+
     def stats(subset: Sequence[dict], column: str) -> dict:
-        return ranking_stats([float(r[column]) for r in subset], [float(r[f"standalone_test_{metric}"]) for r in subset],
+        return ranking_stats([float(r[column]) for r in subset], [float(r[truth_column]) for r in subset],
                              resamples, seed)
 
     figures = {"inherited": stats(rows, f"inherited_{metric}")}
@@ -181,7 +186,8 @@ def probe_figures(rows: Sequence[dict], metric: str, resamples: int = 2000, seed
         figures["inherited, within the latency limit"] = stats(within, f"inherited_{metric}")
     if f"held_out_predicted_{metric}" in rows[0]:
         figures["predictor, held out"] = stats(rows, f"held_out_predicted_{metric}")
-    figures["standalone val (the val split's own noise)"] = stats(rows, f"standalone_{metric}")
+    if truth == "test":
+        figures["standalone val (the val split's own noise)"] = stats(rows, f"standalone_{metric}")
     return figures
 
 
