@@ -1,9 +1,9 @@
 """Training steps of fixed networks replayed as CUDA graphs.
 
 A small network's training step on a GPU is a few hundred kernels of microseconds each: launching them one by one
-from Python costs more than running them (the default run's finalisation took 6-9 ms a net a step on an H200, the
-GPU mostly idle). Captured once as a CUDA graph (forward under bf16 autocast, loss, backward, gradient clipping,
-optimizer step), a step is one launch. Finalisation (`LockstepTrainer`) and trained baselines (`StandaloneTrainer`)
+from Python costs more than running them, and the GPU stays mostly idle (the figures: docs/results.md). Captured
+once as a CUDA graph (forward under bf16 autocast, loss, backward, gradient clipping, optimizer step), a step is
+one launch. Finalisation (`LockstepTrainer`) and trained baselines (`StandaloneTrainer`)
 use it on CUDA; on the CPU nothing is captured and their steps are those of before.
 
 What capture needs, and how it is met:
