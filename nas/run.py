@@ -48,10 +48,9 @@ __all__ = ["run_search", "prepare_run", "probe_run", "StageClock", "write_result
 def _probe_threads() -> int:
     """1 or all cores, whichever runs a training step of an inverted-residual block (batch 128, 14x14, expansion
     6: about 0.1 s) faster right now; interleaved, best of seven after a warm-up round. One thread must win by
-    1.5x: beside a busy process all cores run 3-16x slower, while a stall of a shared VM's other core had made
-    three rounds pick 1 thread (85 against 109 ms, where the run before measured 83 against 49) and the default
-    SR run train at half speed. Contention that comes later is the training loops' thread governor's
-    (`nas.runtime`)."""
+    1.5x: beside a busy process all cores run several times slower, while a momentary stall of a shared VM's
+    other core can make one thread look a little faster for a few rounds, and a run on one thread of two trains
+    at half speed. Contention that comes later is the training loops' thread governor's (`nas.runtime`)."""
     cores = os.cpu_count() or 1
     if cores == 1:
         return 1

@@ -37,7 +37,7 @@ from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
 from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
-from nas.training.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer, in_layout
 
 
 def cpu_time(fn) -> float:
@@ -124,8 +124,7 @@ def main() -> None:
     task, space = build_task_and_space(config)
     cost_model = load_cost_model(config.cost.model, **config.cost.options())
     _, x, y = next(task.train_batches(0))
-    if config.train.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = in_layout(x, config.train.channels_last)
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)
         plain = SupernetTrainer(space, space.build_supernet(), task, config.train, config.seed, Path(tmp) / "x.pt")

@@ -29,7 +29,7 @@ from nas.config import load_config
 from nas.training.finalize import LockstepTrainer
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.training.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer, in_layout
 from nas.baselines.zoo import zoo_network
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def _train_batches(task, channels_last: bool):
     """The task's training batches, epoch after epoch, in the memory format training uses."""
     for epoch in itertools.count():
         for _, x, y in task.train_batches(epoch):
-            yield (x.contiguous(memory_format=torch.channels_last) if channels_last else x), y
+            yield in_layout(x, channels_last), y
 
 
 def _sandwich_step(space, task, config, device: torch.device, checkpoint: Path):

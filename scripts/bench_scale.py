@@ -28,7 +28,7 @@ from nas.distributed import Distributed
 from nas.training.evaluation import ArchEvaluator
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.training.supernet_training import SupernetTrainer
+from nas.training.supernet_training import SupernetTrainer, in_layout
 
 
 def _batches(task):
@@ -55,8 +55,7 @@ def _measure(rank: int, world: int, args: argparse.Namespace, folder: str) -> No
     timed = images = 0.0
     for i in range(args.steps + 1):  # the first step warms up
         epoch, step, x, y = next(batches)
-        if config.train.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
+        x = in_layout(x, config.train.channels_last)
         dist.barrier()
         started = time.perf_counter()
         trainer.train_step(x, y, trainer.step_archs(epoch, step))

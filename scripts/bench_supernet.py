@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from nas.config import load_config
 from nas.runtime import keep_freed_memory
 from nas.context import build_task_and_space
-from nas.training.supernet_training import to_channels_last
+from nas.training.supernet_training import in_layout, to_channels_last
 
 
 def step_time(model, x, y, optimizer) -> float:
@@ -46,9 +46,7 @@ def main() -> None:
     supernet = space.build_supernet().train()
     if config.train.channels_last:
         to_channels_last(supernet)
-    x = torch.randn(args.batch, *task.input_shape)
-    if config.train.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
+    x = in_layout(torch.randn(args.batch, *task.input_shape), config.train.channels_last)
     y = torch.randint(0, task.num_outputs, (args.batch,))
     print(f"{space.describe()}; batch {args.batch}, {args.threads} thread(s), {args.steps} timed steps each, "
           f"channels_last={config.train.channels_last}")

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nas.cli import main
 from nas.config import ConfigError, load_config
 from conftest import CONFIGS, REPO
 

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import CONFIGS, REPO, SMOKE
+from conftest import REPO, SMOKE
 from nas.cli import main
 from nas.strategies.random_search import RandomConfig, sample_archs
 from nas.rundir import RunDir

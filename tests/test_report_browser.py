@@ -1,7 +1,6 @@
 """The smoke run's report.html in headless Chromium (the Debian package `chromium`, driven by Playwright): it
 renders with no console error and no network request, and its front, headline sentence and baselines are on the
 page and answer the mouse. `scripts/install.sh --tests` installs the browser."""
-import re
 import shutil
 
 import numpy as np

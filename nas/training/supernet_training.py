@@ -95,6 +95,11 @@ def to_channels_last(module: nn.Module) -> nn.Module:
     return module.to(memory_format=torch.channels_last)
 
 
+def in_layout(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """A batch in the memory layout the nets run in (channels-last with `train.channels_last`)."""
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
 def device_of(module: nn.Module) -> torch.device:
     """Where a module's parameters are (the CPU for a module without any)."""
     return next(module.parameters(), torch.empty(0)).device
@@ -297,8 +302,7 @@ class SupernetTrainer:
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
-                    if self.config.channels_last:
-                        x = x.contiguous(memory_format=torch.channels_last)
+                    x = in_layout(x, self.config.channels_last)
                     torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
                     self.scheduler.step_update(self.global_step)
                     with session.timed_step():
@@ -347,7 +351,7 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[torch.Tensor], cha
     seen = 0
     for x in batches:
         x = to_device(x, device)
-        model(x.contiguous(memory_format=torch.channels_last) if channels_last else x)
+        model(in_layout(x, channels_last))
         seen += 1
     if not seen:
         raise DataError("no calibration images: batch norm cannot be recalibrated (task.calib_images must be > 0)")

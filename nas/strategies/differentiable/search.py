@@ -36,7 +36,7 @@ from ...errors import ConfigError
 from ...rundir import atomic_torch_save, load_checkpoint
 from ...runtime import check_finite
 from ...training.session import TrainingSession
-from ...training.supernet_training import TrainConfig, to_channels_last
+from ...training.supernet_training import TrainConfig, in_layout, to_channels_last
 from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed
 
 logger = logging.getLogger(__name__)
@@ -286,7 +286,7 @@ class DifferentiableSearch:
         return self.arch.gates(self.config.relaxation, self.tau(step), generator, self.sharpness(step))
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
-        return x.contiguous(memory_format=torch.channels_last) if self.train_config.channels_last else x
+        return in_layout(x, self.train_config.channels_last)
 
     def weight_step(self, x: torch.Tensor, y: torch.Tensor, gates: dict[str, torch.Tensor]) -> float:
         """One optimizer step of the supernet weights under fixed gates; returns the task loss."""

@@ -24,7 +24,7 @@ from ...runtime import check_finite
 from ..captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
-from ..supernet_training import TrainConfig, modules_swapped, to_channels_last
+from ..supernet_training import TrainConfig, in_layout, modules_swapped, to_channels_last
 from .config import FinalizeConfig
 
 logger = logging.getLogger(__name__)
@@ -203,9 +203,7 @@ class LockstepTrainer:
         atomic_torch_save(self.state_dict(), self.checkpoint_path)
 
     def _prepared(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.train_config.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return to_device(x, self.device), to_device(y, self.device)
+        return to_device(in_layout(x, self.train_config.channels_last), self.device), to_device(y, self.device)
 
     def _each_net(self, fn, indices: Sequence[int]) -> list:
         """`fn(i)` for each net of `indices`, on `workers` threads when there are several; costliest nets (the
