@@ -15,7 +15,11 @@ from typing import Any, Optional
 
 import yaml
 
+from search_spaces import SPACES
+from tasks import TASKS
+
 from .errors import ConfigError
+from .rundir import RunDir, load_checkpoint
 from .strategies.base import STRATEGIES, SearchConfig
 from .training.finalize import FinalizeConfig
 from .training.supernet_training import TrainConfig
@@ -118,8 +122,6 @@ class _TopLevel:
 
 
 def _task_configs() -> dict[str, type]:
-    from tasks import TASKS
-
     return {name: cfg for name, (cfg, _) in TASKS.items()}
 
 
@@ -278,8 +280,6 @@ def _resolve_path(value: str, base: Path) -> str:
 
 def load_space_config(raw: Any):
     """The space section's dataclass (by its `type`, default mobilenet) from a raw mapping."""
-    from search_spaces import SPACES
-
     return _dispatch(raw, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
 
 
@@ -372,8 +372,6 @@ _SUPERNET_DEFINING = ("seed", "task", "space", "train")
 def supernet_source(config: RunConfig) -> Path:
     """The trained supernet checkpoint of `config.supernet_from`, checked to be one this run would train: the
     same seed, task, space and training recipe (ConfigError naming the first difference otherwise)."""
-    from .rundir import RunDir, load_checkpoint
-
     source = RunDir(config.supernet_from)
     where = f"supernet_from: {source.path}"
     if not source.exists():

@@ -25,6 +25,7 @@ import torch
 from hw_cost.lut import LutCostModel
 from search_spaces import arch_key
 
+from .baselines.scoring import check_baselines, evaluate_baselines
 from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
@@ -33,7 +34,8 @@ from .errors import RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .ranking.probe import score_probe
-from .reporting.report import build_report, candidate_columns, candidate_rows, read_stage_times
+from .reporting.build import build_report
+from .reporting.report import candidate_columns, candidate_rows, read_stage_times
 from .rundir import RunDir, atomic_write_text, write_csv
 from .strategies.base import STRATEGIES, SearchStrategy
 from .training.evaluation import ArchEvaluator, CachedEvaluator
@@ -190,8 +192,6 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
 def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
     """Run (or resume) the whole search; returns the candidate rows written to candidates.csv (in every process
     of a torchrun launch)."""
-    from .baselines.scoring import check_baselines
-
     ctx = build_context(config, run_dir, progress)
     dist = ctx.dist
     if dist.enabled and not config.search.strategy_class.scales_out:
@@ -266,8 +266,6 @@ def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dic
 def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
             started: float, workers: BaselineWorkers) -> list[dict]:
     """Rank 0's part after the search: candidates.csv, finalisation, measurements, baselines, the report."""
-    from .baselines.scoring import evaluate_baselines
-
     run_dir = ctx.run_dir
     write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
     clock.start("finalisation")

@@ -21,6 +21,11 @@ import multiprocessing
 import os
 from pathlib import Path
 
+from ..config import load_config
+from ..context import build_context
+from ..rundir import RunDir
+from .scoring import CACHED_TYPES, cached_baseline_path, train_cached_baseline
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["BaselineWorkers"]
@@ -29,11 +34,6 @@ __all__ = ["BaselineWorkers"]
 def _work(run_path: str, specs: list[dict], threads: int, index: int) -> None:
     """A worker process: the run's context rebuilt from its config.yaml, then each baseline of `specs` trained
     and cached."""
-    from ..config import load_config
-    from ..context import build_context
-    from ..rundir import RunDir
-    from .scoring import train_cached_baseline
-
     run_dir = RunDir(run_path)
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s baseline-worker-{index} %(name)s: %(message)s"))
@@ -55,8 +55,6 @@ class BaselineWorkers:
         wanted = ctx.config.baseline_workers
         if not wanted or not ctx.dist.is_main or ctx.dist.enabled:
             return
-        from .scoring import CACHED_TYPES, cached_baseline_path
-
         specs = [s for s in ctx.config.baselines if s.get("type") in CACHED_TYPES
                  and not cached_baseline_path(ctx, s).exists()]
         if not specs:

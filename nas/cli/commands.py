@@ -1,4 +1,5 @@
-"""Subcommands `search`, `report`, `export`, `probe`, `lut collect` and `lut validate` of the `vpunas` CLI."""
+"""Subcommands `search`, `report`, `export`, `probe`, `lut collect` and `lut validate` of the `vpunas` CLI. Each
+imports its modules when it runs (see `nas.cli`: the command line starts without torch)."""
 from __future__ import annotations
 
 import argparse
@@ -56,7 +57,7 @@ def add_report_parser(sub) -> None:
 
 def _report(args: argparse.Namespace) -> int:
     from ..config import ConfigError
-    from ..reporting.report import build_comparison, build_report
+    from ..reporting.build import build_comparison, build_report
     from ..rundir import RunDir
 
     run_dirs = [RunDir(path) for path in args.run_dirs]

@@ -1,4 +1,5 @@
-"""`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk.
+"""`vpunas cost` and `vpunas vpunn`: latency of a network and raw VPUNN queries in bulk. Each command imports its
+modules when it runs (see `nas.cli`: the command line starts without torch).
 
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
     vpunas cost RUN_DIR --arch ID [--cost vpunn:VPU_2_7|lut:FILE]     (default: the run's own cost model)

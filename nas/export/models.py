@@ -21,6 +21,7 @@ from ..rundir import RunDir, atomic_write_text, read_csv
 from ..training.evaluation import ArchEvaluator
 from ..training.finalize import load_final_weights
 from ..training.supernet_training import load_trained_supernet
+from .quantize import DEFAULT_MAX_DROP, eval_split, int8_metric
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +78,6 @@ def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) ->
     images and save it as `path`; returns the INT8 fields of the export's json.
 
     Raises `QuantizationError` when the metric drops by more than `max_drop` (None: `DEFAULT_MAX_DROP`)."""
-    from .quantize import DEFAULT_MAX_DROP, eval_split, int8_metric
-
     metric, split = task.metric, eval_split(task)
     max_drop = DEFAULT_MAX_DROP[metric] if max_drop is None else max_drop
     quantized, int8 = int8_metric(model, task)

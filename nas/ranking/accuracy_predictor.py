@@ -17,13 +17,13 @@ from typing import Sequence
 
 import numpy as np
 
+from ..training.evaluation import complexity
+
 __all__ = ["AccuracyPredictor", "arch_features", "held_out_predictions"]
 
 
 def arch_features(space, arch: dict, inherited: float) -> np.ndarray:
     """The predictor's input of `arch`: inherited metric, log10 MACs, log10 params, genes scaled to [0, 1]."""
-    from ..training.evaluation import complexity
-
     params, macs = complexity(space.blocks(arch))
     genes = space.encode(arch) / np.maximum(space.gene_upper_bounds(), 1)
     return np.concatenate([[inherited, np.log10(max(macs, 1)), np.log10(max(params, 1))], genes]).astype(float)

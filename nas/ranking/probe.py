@@ -34,6 +34,7 @@ from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train
 from ..rundir import read_csv, write_csv
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
+from .accuracy_predictor import arch_features, held_out_predictions
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +133,6 @@ def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
     the accuracy predictor's held-out predictions: RUN_DIR/probe.csv written (by the main process), the figures
     (`probe_figures`) logged and returned. None without a probe set or, without `train`, when the cache lacks a
     probe arch."""
-    from .accuracy_predictor import arch_features, held_out_predictions
-
     metric, space = ctx.task.metric, ctx.space
     standalone = _standalone_scores(ctx, train) if ctx.config.probe.archs else None
     if standalone is None:

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from html import escape
 
+from search_spaces.elastic import make_divisible
+
 __all__ = ["arch_summary", "arch_svg", "ARCH_CSS"]
 
 _KERNELS = (3, 5, 7)
@@ -87,8 +89,6 @@ def _mobilenet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
 
 
 def _resnet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
-    from search_spaces.elastic import make_divisible
-
     top = max(space.get("expand_ratios") or [e for stage in arch["expand"] for e in stage])
     mult_top = max(space.get("width_mults") or arch["width"])
     out = []

@@ -21,6 +21,8 @@ import numpy as np
 
 from hw_cost import load_cost_model
 
+from ..config import load_config
+from ..context import build_task_and_space
 from ..rundir import RunDir, read_csv
 from .report import metric_of, test_figure
 
@@ -84,9 +86,6 @@ def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str
 
     `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
     caller has them; rebuilding the space loads the task's data."""
-    from ..config import load_config
-    from ..context import build_task_and_space
-
     rows = read_csv(run_dir.candidates) if rows is None else rows
     metric = metric_of(rows)
     front = [r for r in rows if test_figure(r, metric) is not None]

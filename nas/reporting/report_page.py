@@ -18,13 +18,19 @@ from typing import Sequence
 
 import yaml
 
+from hw_cost.lut import LatencyTable
+from hw_cost.vpunn.paths import MODEL_FILES
+from search_spaces import arch_key
+
 from ..config import NPU_GENERATIONS
+from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
-from ..rundir import RunDir
+from ..ranking.probe import figure_lines, read_probe
+from ..rundir import RunDir, read_csv
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .device_fronts import cost_front_on_devices
-from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline,
-                     metric_of, paper_sentence, read_csv, read_stage_times, test_figure)
+from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline, metric_of,
+                     paper_sentence, read_stage_times, test_figure)
 
 logger = logging.getLogger(__name__)
 
@@ -303,10 +309,6 @@ def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
 def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
     """Give the rows the end-to-end latency measured on the run's machine (`measured_ms`, blank for archs not
     measured), if the run measured any (`nas.latency.lut_validation.measured_beside_predicted`); returns the column."""
-    from search_spaces import arch_key
-
-    from ..latency.lut_validation import measured_latencies
-
     measured = measured_latencies(run_dir)
     for row in rows:
         row["measured_ms"] = measured.get(arch_key(json.loads(row["arch"])), "")
@@ -381,8 +383,6 @@ def generations_section(view: RunView) -> str:
 
 def _correction_note(run_dir: RunDir) -> str:
     """What the run did with a latency table measured elsewhere (`nas.latency.lut_validation`), if it used a table."""
-    from ..latency.lut_validation import read_correction_record
-
     record = read_correction_record(run_dir)
     if record is None:
         return ""
@@ -399,8 +399,6 @@ def _correction_note(run_dir: RunDir) -> str:
 
 def provenance_section(view: RunView) -> str:
     """Where the run's latencies come from: the latency table's measurement record, or the VPUNN model file."""
-    from hw_cost.lut import LatencyTable
-
     config = yaml.safe_load(view.path.joinpath("config.yaml").read_text(encoding="utf-8")) or {}
     spec = (config.get("cost") or {}).get("model", view.cost_model)
     kind, _, arg = spec.partition(":")
@@ -416,8 +414,6 @@ def provenance_section(view: RunView) -> str:
                 f"a network's latency is the sum of its blocks plus the runtime's fixed cost):</p>"
                 f"<table class='facts'>{items}</table>")
     if kind == "vpunn":
-        from hw_cost.vpunn.paths import MODEL_FILES
-
         model_dir = (config.get("cost") or {}).get("model_dir") or "the files shipped with vpunas"
         return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
                 f"<code>{html.escape(MODEL_FILES.get(arg, '?'))}</code> from {html.escape(str(model_dir))} "
@@ -474,8 +470,6 @@ def _png(png: bytes, name: str) -> str:
 
 def probe_section(run_dir: RunDir, metric: str) -> str:
     """The supernet's ranking rated on the run's probe set (`nas.ranking.probe`), or how to get one."""
-    from ..ranking.probe import figure_lines, read_probe
-
     probe = read_probe(run_dir, metric)
     if probe is None:
         return ("<h2>Probe set</h2><p>None yet: <code>vpunas probe RUN_DIR</code> trains archs spread over the space "

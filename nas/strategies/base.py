@@ -23,6 +23,7 @@ import torch
 from search_spaces import arch_key
 
 from ..errors import RunDirError
+from ..rundir import RunDir, atomic_copy
 from ..training.evaluation import ArchEvaluator, CachedEvaluator
 from ..training.finalize import FinalizeConfig
 from ..training.supernet_training import SupernetTrainer
@@ -134,8 +135,6 @@ def train_supernet(ctx) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
     `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
     was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
-    from ..rundir import RunDir, atomic_copy
-
     if ctx.config.supernet_from and not ctx.run_dir.supernet_checkpoint.exists():
         source = RunDir(ctx.config.supernet_from).supernet_checkpoint
         atomic_copy(source, ctx.run_dir.supernet_checkpoint)

@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from hw_cost import CostModel
 from search_spaces import SearchSpace
+from tasks.data import DataError, EpochBatches, batch_seed
 
 from ...errors import ConfigError
 from ...rundir import atomic_torch_save, load_checkpoint
@@ -165,7 +166,6 @@ class DifferentiableSearch:
 
     def __init__(self, space: SearchSpace, task, cost_model: CostModel, train: TrainConfig,
                  config: DifferentiableConfig, seed: int, checkpoint_path: Optional[Path] = None):
-        from tasks.data import DataError, EpochBatches
         from timm.optim import create_optimizer_v2
         from timm.scheduler import create_scheduler_v2
 
@@ -353,8 +353,6 @@ class DifferentiableSearch:
         `on_step(global_step)` runs after each step (and its checkpoint); `adapt_threads` as in
         `SupernetTrainer.train`.
         """
-        from tasks.data import batch_seed
-
         started = time.perf_counter()
         with TrainingSession(self, "differentiable search", checkpoint_every=self.train_config.checkpoint_every,
                              progress=progress, progress_label="dnas", adapt_threads=adapt_threads,
