@@ -145,6 +145,10 @@ README_COMMANDS = {
     "vpunas probe RUN_DIR [probe.key=value ...]": None,
     "vpunas probe RUN_DIR [probe.archs=24] [probe.epochs=E]": None,
     "vpunas probe runs/bench_search_quick/seed0/search probe.epochs=1.5": None,  # the results page's measured run
+    # the results page's check of the code's behaviour: the default search with SHORT's finalisation overrides (the
+    # first entry runs it cut to seconds) and test_distributed.py's fixed thread count
+    "vpunas search configs/fmnist_mobilenet.yaml threads=1 adapt_threads=false search.finalize.run_budget_minutes=0 \\":
+        None,
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
     ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,
