@@ -3,7 +3,7 @@ with the thread governor (`nas.runtime.ThreadGovernor`, on by default), as ratio
 
     .venv/bin/python scripts/bench_contention.py [CONFIG] [--steps 40] [--threads N]
 
-The neighbour is one process spinning on one core (another job on a shared machine). Target (issue 11): with
+The neighbour is one process spinning on one core (another job on a shared machine). Target: with
 the governor, training beside it is at most 2x slower than alone.
 """
 from __future__ import annotations
