@@ -361,7 +361,7 @@ def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
     such as a probe arch): from the cache, or trained now and cached. `label`: what the log calls it (default
     `baselines[<name>]`)."""
     entry = entry or _cache_entry(ctx, spec)
-    label = label or f"baselines[{spec['name']}]"
+    log_label = label or f"baselines[{spec['name']}]"
     task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
 
     def fresh() -> nn.Module:
@@ -370,11 +370,11 @@ def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
 
     cached = cache.load(entry.key, fresh())
     if cached is not None:
-        logger.info("%s: trained weights and scores from the cache (%s)", label, cache.path(entry.key))
+        logger.info("%s: trained weights and scores from the cache (%s)", log_label, cache.path(entry.key))
         return cached.scores, cached.steps
     model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe, label)
     scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
-    logger.info("%s: trained %d steps; cached in %s", label, steps, cache.store(entry.key, model, scores, steps))
+    logger.info("%s: trained %d steps; cached in %s", log_label, steps, cache.store(entry.key, model, scores, steps))
     return scores, steps
 
 
