@@ -13,7 +13,7 @@ time (time.process_time) of each, per relaxation, and their ratio (target: at mo
 What a run hands over (`--run`): each finalised arch of a finished differentiable run with its val / test metric,
 its latency on the run's cost model and measured end to end on this machine (OpenVINO, as the run's latency table
 was measured; the run's own measurement where it made one), against the run's latency target. With `--against`,
-the finalised archs of other runs (e.g. the evolution's default run) are measured the same way, right after, and
+the finalised archs of other runs (e.g. the default run) are measured the same way, right after, and
 each handed-over arch is set beside the best of them at most as slow here, and beside those that dominate it (at
 least its test metric, at most its measured latency).
 """

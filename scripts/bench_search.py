@@ -1,12 +1,14 @@
 """The search against random sampling of its space at equal budget: hypervolume and best accuracy per latency bin.
 
-    .venv/bin/python scripts/bench_search.py [CONFIG] [key=value ...] [--seeds 0 1] [--out runs/bench_search]
+    .venv/bin/python scripts/bench_search.py [CONFIG] [key=value ...] [--strategy evolution] [--seeds 0 1]
+        [--out runs/bench_search]
 
 Per seed, three runs of CONFIG (default: the default config) into OUT/seed<S>/:
-  search   the config's strategy as it is (the evolution of the default config);
+  search   search.strategy=STRATEGY (default: evolution, NSGA-II with the config's search.evolution settings);
   uniform  search.strategy=random, archs drawn uniformly from the space;
   binned   search.strategy=random, archs drawn from equal shares of the latency range (the stronger baseline).
-The random runs score as many archs as the search did, with its latency limit and extra objectives; they take
+The random runs score as many archs as the search did, with its latency limit and extra objectives (the default
+config's own strategy is the binned one, so its run is the `binned` one here, without the run budget); they take
 the search run's trained supernet (`supernet_from`: the same weights, trained once) and finalise by the same rule
 and budget. Finalisation's run budget is off in all three (`search.finalize.run_budget_minutes=0`, with its
 `max_archs` and `max_epochs`), so each finalises `archs` archs for `epochs` epochs whatever time the others left.
@@ -99,6 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", nargs="?", default=str(REPO / "configs" / "fmnist_mobilenet.yaml"))
     parser.add_argument("overrides", nargs="*")
+    parser.add_argument("--strategy", default="evolution", help="the search strategy compared with random sampling")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--bins", type=int, default=6)
     parser.add_argument("--out", default=str(REPO / "runs" / "bench_search"))
@@ -106,18 +109,20 @@ def main() -> None:
     if "=" in args.config:
         args.overrides.insert(0, args.config)
         args.config = str(REPO / "configs" / "fmnist_mobilenet.yaml")
-    config = load_config(args.config, args.overrides)
-    if config.search.strategy == "random":
-        parser.error("CONFIG's strategy is random: compare a search strategy with it")
+    if args.strategy == "random":
+        parser.error("--strategy: compare a search strategy with random sampling, not random sampling itself")
+    overrides = [*args.overrides, f"search.strategy={args.strategy}"]
+    config = load_config(args.config, overrides)
     limit, costs = config.search.finalize_scope()
     shared = [*args.overrides, "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0",
               "search.finalize.max_epochs=0", "adapt_threads=false"]
     random = [f"search.random.latency_limit_ms={'null' if limit is None else limit}",
               f"search.random.extra_objectives=[{', '.join(costs[1:])}]"]
-    report = {"config": args.config, "overrides": shared, "seeds": {}}
+    report = {"config": args.config, "strategy": args.strategy, "overrides": shared, "seeds": {}}
     for seed in args.seeds:
         out = Path(args.out).resolve() / f"seed{seed}"  # supernet_from: a relative path would be the config's
-        seconds = {"search": _run(args.config, [*shared, f"seed={seed}"], out / "search")}
+        seconds = {"search": _run(args.config, [*shared, f"seed={seed}", f"search.strategy={args.strategy}"],
+                                  out / "search")}
         scored = _finalised(out / "search")[3]
         for method, sampling in (("uniform", "uniform"), ("binned", "latency_bins")):
             seconds[method] = _run(args.config, [*shared, f"seed={seed}", "search.strategy=random", *random,

@@ -93,3 +93,10 @@ def test_bench_search_compares_search_and_random_on_one_supernet(tmp_path):
                             "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and json.loads((out / "bench_search.json").read_text())["seeds"]["0"] == {
         **report, "seconds_this_call": {"search": 0.0, "uniform": 0.0, "binned": 0.0}}  # finished runs reused
+
+
+def test_bench_search_compares_a_search_strategy_not_random_sampling_itself(tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/bench_search.py", "--strategy", "random", "--out", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--strategy" in proc.stderr.strip().splitlines()[-1]
+    assert not any(tmp_path.iterdir())  # nothing run, nothing written
