@@ -7,11 +7,13 @@ Per seed, three runs of CONFIG (default: the default config) into OUT/seed<S>/:
   search   search.strategy=STRATEGY (default: evolution, NSGA-II with the config's search.evolution settings);
   uniform  search.strategy=random, archs drawn uniformly from the space;
   binned   search.strategy=random, archs drawn from equal shares of the latency range (the stronger baseline).
-The random runs score as many archs as the search did, with its latency limit and extra objectives (the default
-config's own strategy is the binned one, so its run is the `binned` one here, without the run budget); they take
+The random runs score as many archs as the search did, with its latency limit and extra objectives; they take
 the search run's trained supernet (`supernet_from`: the same weights, trained once) and finalise by the same rule
 and budget. Finalisation's run budget is off in all three (`search.finalize.run_budget_minutes=0`, with its
-`max_archs` and `max_epochs`), so each finalises `archs` archs for `epochs` epochs whatever time the others left.
+`max_archs` and `max_epochs`), so each finalises `archs` archs for `epochs` epochs whatever time the others left:
+a comparison at equal epochs. Under the run budget (equal time) an arch's step time counts too, and a search that
+prefers few MACs finalises cheaper archs for more epochs; compare two whole runs of the config for that (each
+training its own supernet, so that the budget sees the same stages).
 Overrides apply to all three runs (e.g. `search.finalize.archs=4 search.finalize.epochs=1` for a quicker look). A finished run is reused, an
 interrupted one resumed.
 

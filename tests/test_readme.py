@@ -25,8 +25,8 @@ DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 #: run budget: with time to spare, the default's would finalise every arch, each scored on the whole val split;
 #: tests/test_finalize.py runs the budget)
 SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
-         "task.test_images=1000", "train.epochs=1", "search.random.archs=6", "search.evolution.population=4",
-         "search.evolution.generations=1", "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
+         "task.test_images=1000", "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
+         "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
          "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0", "search.finalize.max_epochs=0",
          "search.finalize.int8=false", "baselines=[]"]
 #: the smallest space with four archs, enough for a table's validation (2 fit a correction, 2 check it)
@@ -124,7 +124,6 @@ README_COMMANDS = {
     "search.strategy=differentiable":
         lambda tmp, smoke: [["search", DEFAULT, *SHORT, "train.epochs=2", "search.strategy=differentiable", "--out",
                              str(tmp / "d")]],
-    "search.strategy=evolution": None,  # the smoke configs search by evolution (test_search_e2e.py, golden files)
     "cost.model=vpunn:VPU_2_0":
         lambda tmp, smoke: [["search", SMOKE, *SHORT, "cost.model=vpunn:VPU_2_0", "--out", str(tmp / "v")]],
     "cost.model=vpunn:VPU_4_0": None,  # tests/test_search_e2e.py searches on NPU 5.0, VPUNN's 4.0 / 5.0 path
@@ -149,6 +148,9 @@ README_COMMANDS = {
     # the results page's check of the code's behaviour: the default search with SHORT's finalisation overrides (the
     # first entry runs it cut to seconds) and test_distributed.py's fixed thread count
     "vpunas search configs/fmnist_mobilenet.yaml threads=1 adapt_threads=false search.finalize.run_budget_minutes=0 \\":
+        None,
+    # the results page's two defaults run whole: the default search (the first entry runs it cut to seconds)
+    ".venv/bin/vpunas search configs/fmnist_mobilenet.yaml search.strategy=evolution --out runs/fmnist_mobilenet_evolution":
         None,
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,

@@ -257,9 +257,8 @@ def _trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
 @register_strategy
 class RandomSearch(_SandwichSearch):
     """Supernet training with the sandwich rule (as the evolution's), then `archs` random archs scored on inherited
-    weights (`nas.strategies.random_search.sample_archs`): the default classification config's strategy (sampled
-    over latency bins) and the baseline of `scripts/bench_search.py`. One generation; a resumed run draws the same
-    archs and serves the scored ones from the journal."""
+    weights (`nas.strategies.random_search.sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a
+    resumed run draws the same archs and serves the scored ones from the journal."""
 
     name = "random"
     config_class = RandomConfig

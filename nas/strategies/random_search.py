@@ -1,5 +1,4 @@
-"""Random search over a space: the baseline a search strategy has to beat at equal budget, and where inherited scores
-rank archs no better than their noise (the default classification space), the strategy that wins at that budget.
+"""Random search over a space: the baseline a search strategy has to beat at equal budget.
 
 Random sampling is a strong baseline for weight-sharing NAS (Li & Talwalkar, "Random Search and Reproducibility
 for Neural Architecture Search", 2019; Yang et al., "NAS evaluation is frustratingly hard", 2020). Two samplers:
