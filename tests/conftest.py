@@ -1,9 +1,10 @@
-"""Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there), one torch thread and
-the allocator setting of the CLI (`nas.runtime`)."""
+"""Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there), one torch thread, the
+allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels held to AVX2."""
 from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 from pathlib import Path
 
@@ -18,6 +19,12 @@ SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
 _home = tempfile.mkdtemp(prefix="vpunas-test-home-")
 os.environ["HOME"] = _home
 os.environ.setdefault("NNI_EXPERIMENT_DIR", os.path.join(_home, "nni-experiments"))
+if platform.machine() in ("x86_64", "AMD64"):
+    # The golden candidates.csv files pin results to the bit, and float sums differ between torch's AVX2 and
+    # AVX-512 kernels (ATen's and oneDNN's): hold both to AVX2, so that the files hold on either kind of x86 CPU.
+    # Read when torch first dispatches, so set before any test imports it; subprocesses inherit them.
+    os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
+    os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX2")
 
 
 @pytest.fixture(autouse=True, scope="session")
