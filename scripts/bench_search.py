@@ -113,18 +113,16 @@ def main() -> None:
         args.config = str(REPO / "configs" / "fmnist_mobilenet.yaml")
     if args.strategy == "random":
         parser.error("--strategy: compare a search strategy with random sampling, not random sampling itself")
-    overrides = [*args.overrides, f"search.strategy={args.strategy}"]
-    config = load_config(args.config, overrides)
-    limit, costs = config.search.finalize_scope()
-    shared = [*args.overrides, "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0",
-              "search.finalize.max_epochs=0", "adapt_threads=false"]
+    # the random runs override the strategy after these (the last of two overrides of a key counts)
+    shared = [*args.overrides, f"search.strategy={args.strategy}", "search.finalize.run_budget_minutes=0",
+              "search.finalize.max_archs=0", "search.finalize.max_epochs=0", "adapt_threads=false"]
+    limit, costs = load_config(args.config, shared).search.finalize_scope()
     random = [f"search.random.latency_limit_ms={'null' if limit is None else limit}",
               f"search.random.extra_objectives=[{', '.join(costs[1:])}]"]
     report = {"config": args.config, "strategy": args.strategy, "overrides": shared, "seeds": {}}
     for seed in args.seeds:
         out = Path(args.out).resolve() / f"seed{seed}"  # supernet_from: a relative path would be the config's
-        seconds = {"search": _run(args.config, [*shared, f"seed={seed}", f"search.strategy={args.strategy}"],
-                                  out / "search")}
+        seconds = {"search": _run(args.config, [*shared, f"seed={seed}"], out / "search")}
         scored = _finalised(out / "search")[3]
         for method, sampling in (("uniform", "uniform"), ("binned", "latency_bins")):
             seconds[method] = _run(args.config, [*shared, f"seed={seed}", "search.strategy=random", *random,
