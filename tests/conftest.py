@@ -20,9 +20,9 @@ _home = tempfile.mkdtemp(prefix="vpunas-test-home-")
 os.environ["HOME"] = _home
 os.environ.setdefault("NNI_EXPERIMENT_DIR", os.path.join(_home, "nni-experiments"))
 if platform.machine() in ("x86_64", "AMD64"):
-    # The golden candidates.csv files pin results to the bit, and float sums differ between torch's AVX2 and
-    # AVX-512 kernels (ATen's and oneDNN's): hold both to AVX2, so that the files hold on either kind of x86 CPU.
-    # Read when torch first dispatches, so set before any test imports it; subprocesses inherit them.
+    # Float sums differ between torch's AVX2 and AVX-512 kernels (ATen's and oneDNN's): held to AVX2, more kinds
+    # of x86 CPU round alike and share golden files (tests/golden.py). Read when torch first dispatches, so set
+    # before any test imports it; subprocesses inherit them.
     os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")
     os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX2")
 
@@ -77,18 +77,11 @@ def smoke_run(tmp_path_factory):
     return RunDir(out)
 
 
-#: candidates.csv of each smoke config as the code wrote it before GPU-only changes (CUDA graph capture, bf16
-#: finalisation): the CPU path must stay bit-identical. Where a change means to alter CPU results, copy the new
-#: run's candidates.csv here and say why in the commit.
-GOLDEN = REPO / "tests" / "data" / "golden"
-
-
 def assert_candidates_unchanged(run, config_name: str) -> None:
-    """The run's candidates.csv equals the golden one of `config_name`, byte for byte (first differing line
-    shown)."""
-    got = Path(run.candidates).read_text().splitlines()
-    want = (GOLDEN / f"{config_name}.candidates.csv").read_text().splitlines()
-    diff = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
-    assert diff is None and len(got) == len(want), (
-        f"candidates.csv of {config_name} changed on the CPU: line {diff}: {got[diff] if diff is not None else ''!r} "
-        f"instead of {want[diff] if diff is not None else ''!r} ({len(got)} lines, golden {len(want)})")
+    """The run's resolved config and candidates.csv against the golden files of `config_name`: the config exactly,
+    the candidates byte for byte on a kind of machine that has its own, close elsewhere (tests/golden.py says what
+    each check guards)."""
+    import golden
+
+    golden.assert_config_unchanged(run.config, config_name)
+    golden.assert_candidates_unchanged(run.candidates, config_name)
