@@ -276,6 +276,7 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     finalised = list({key: r for r in records if (key := arch_key(r["arch"])) in finals}.values())
     _log_against_target(ctx, finalised, measured_beside_predicted(ctx, finalised))
     rows = write_results(ctx, records, test_metrics, finals)
+    _write_warnings(run_dir, _stages_that_learned_nothing(ctx, records, finals))
     clock.start("baselines")
     evaluate_baselines(ctx, outcome.evaluator, workers)
     clock.start("probe set")
@@ -285,6 +286,36 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
                 len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
     return rows
+
+
+def _stages_that_learned_nothing(ctx: SearchContext, records: list[dict], finals: dict[str, dict]) -> list[str]:
+    """A line for each stage whose archs all end at or below the task's untrained level (a collapsed classifier's
+    top-1, bicubic PSNR): a diverging or stalled training (a learning rate far off) whose front would otherwise
+    pass for a result."""
+    metric, level = ctx.task.metric, ctx.task.untrained_level()
+    train, finalize = ctx.config.train, ctx.config.search.finalize
+    batch = f"task.batch_size (now {ctx.config.task.batch_size})"
+    search_scores = [r[metric] for r in records]
+    final_scores = [f[f"final_{metric}"] for f in finals.values()]
+    search_failed = bool(search_scores) and max(search_scores) <= level
+    finalize_lr = f"search.finalize.lr (now {finalize.lr:g})" if finalize.lr is not None else "train.lr"
+    inherited = ("; its archs start from the supernet's weights, which learned nothing"
+                 if search_failed and finalize.init == "inherited" else "")
+    stages = [("the search", search_scores, f"look at train.lr (now {train.lr:g}) and {batch}"),
+              ("finalisation", final_scores, f"look at {finalize_lr} and {batch}{inherited}")]
+    lines = [f"{stage} learned nothing: its best of {len(scores)} archs scores {max(scores):.4g} val {metric}, at "
+             f"or below the untrained level {level:.4g}; {advice}"
+             for stage, scores, advice in stages if scores and max(scores) <= level]
+    for line in lines:
+        logger.warning(line)
+    return lines
+
+
+def _write_warnings(run_dir: RunDir, lines: list[str]) -> None:
+    if lines:
+        atomic_write_text(run_dir.warnings, json.dumps(lines, indent=1) + "\n")
+    else:
+        run_dir.warnings.unlink(missing_ok=True)
 
 
 def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict[str, dict]:

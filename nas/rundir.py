@@ -149,6 +149,8 @@ class RunDir:
     #: the search strategy's `state_dict()` (JSON; `nas.strategies.SearchStrategy.persists_state`)
     strategy_state = property(lambda self: self.checkpoint_dir / "strategy.json")
     log = property(lambda self: self.path / "run.log")
+    #: what a reader must see before the results (a stage that learned nothing): a JSON list of lines
+    warnings = property(lambda self: self.path / "warnings.json")
 
     def exists(self) -> bool:
         return self.config.exists()

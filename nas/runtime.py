@@ -43,12 +43,15 @@ def keep_freed_memory() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, _ONE_GIB)) and bool(mallopt(_M_TRIM_THRESHOLD, _ONE_GIB))
 
 
-def check_finite(losses: list[float], what: str, step: int) -> None:
-    """Stop a diverging training before the step's update: weights and checkpoint stay as they were."""
+def check_finite(losses: list[float], what: str, step: int, lr_setting: str, lr: float, batch: int) -> None:
+    """Stop a diverging training before the step's update: weights and checkpoint stay as they were. The error
+    names the stage and the settings to look at: `lr_setting` (the config key of the stage's learning rate, now
+    `lr`) and the batch of `batch` samples."""
     bad = [loss for loss in losses if not math.isfinite(loss)]
     if bad:
-        raise TrainingDiverged(f"{what} diverged at step {step + 1} (loss {bad[0]}); nothing of that step was applied "
-                               "and the last checkpoint is kept: lower the learning rate or set train.grad_clip")
+        raise TrainingDiverged(f"{what} diverged at step {step + 1} (loss {bad[0]}): lower {lr_setting} (now {lr:g}), "
+                               f"raise the batch (now {batch}: task.batch_size) or set train.grad_clip; nothing of "
+                               "that step was applied and finished work is kept")
 
 
 def _raise_interrupt(signum, frame):

@@ -172,6 +172,19 @@ class ClassificationTask:
                 "resize": "timm eval transform (resize, centre crop)", "input_shape": list(self.input_shape)}
 
     # ------------------------------------------------------------------------------------------- evaluation
+    #: how far above chance a network's top-1 must be to have learned anything (a diverged or untrained network
+    #: scores chance give or take the val split's noise)
+    UNTRAINED_MARGIN = 2.0
+
+    @torch.no_grad()
+    def untrained_level(self) -> float:
+        """The val top-1 at or below which a trained network has learned nothing: what answering the val split's
+        most common class scores (a collapsed network's answer) plus `UNTRAINED_MARGIN` points."""
+        counts = torch.zeros(self.num_classes, dtype=torch.int64)
+        for _, y in iterate_eval(self.val, self.config.eval_batch_size, self.config.eval_images or None):
+            counts += torch.bincount(y, minlength=self.num_classes)
+        return 100.0 * float(counts.max()) / float(counts.sum()) + self.UNTRAINED_MARGIN
+
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str = "val", all_images: bool = False) -> float:
         """Top-1 accuracy in percent on `split` ('val' or 'test'); val is cut to `eval_images` unless

@@ -342,6 +342,7 @@ class SuperResolutionTask:
         self.num_outputs = 3
         self.input_shape = (3, int(config.deploy_size[0]), int(config.deploy_size[1]))
         self.train_batches = EpochBatches(self.train, config.batch_size, seed)
+        self._bicubic_psnr: float | None = None
         logger.info("super-resolution x%d (%s): %d train / %d val / %d test images; %d patches of %d px per epoch",
                     config.scale, config.dataset, len(self.train.images), len(self.val), len(self.test),
                     config.epoch_patches, config.patch_size)
@@ -430,6 +431,13 @@ class SuperResolutionTask:
         """Mean PSNR in dB on `split` ('val' or 'test'), Y channel, border of `scale` pixels shaved (every split
         is always scored whole: `all_images` is accepted for the common task interface)."""
         return self.scores(model, split, with_ssim=False)["psnr"]
+
+    def untrained_level(self) -> float:
+        """The val PSNR at or below which a trained network has learned nothing: bicubic upscaling's, which a
+        network with a bicubic skip and an untrained (zero) body returns, and a diverged one falls below."""
+        if self._bicubic_psnr is None:
+            self._bicubic_psnr = self.evaluate(self.bicubic_model())
+        return self._bicubic_psnr
 
     def bicubic_model(self) -> nn.Module:
         """The bicubic baseline as a network: MATLAB-style bicubic upscaling of the (mean-shifted) LR input.

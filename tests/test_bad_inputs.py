@@ -6,6 +6,7 @@ file of an existing run directory changed.
 """
 from __future__ import annotations
 
+import html
 import json
 import shutil
 from dataclasses import dataclass
@@ -261,7 +262,23 @@ def test_a_diverging_run_keeps_its_last_good_checkpoint(tmp_path, capsys):
     assert main(["search", SMOKE, *TINY, "train.opt=sgd", "train.lr=1e30", "train.grad_clip=0",
                  "train.checkpoint_every=1", "--out", str(out), "--no-progress"]) == 2
     message = capsys.readouterr().err.strip()
+    assert "lower train.lr (now 1e+30)" in message and "task.batch_size" in message  # the settings to look at
     step = int(message.split("diverged at step ")[1].split()[0])
     state = torch.load(RunDir(out).supernet_checkpoint, weights_only=False)
     assert state["global_step"] == step - 1
     assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
+
+
+def test_a_run_that_learns_nothing_says_so(tmp_path, capsys, smoke_run):
+    """A learning rate far off that never turns the loss NaN (clipped gradients) leaves every arch at chance: the
+    run finishes, and log, stderr, report and exit status say that its results are no results."""
+    out = tmp_path / "run"
+    code = main(["search", SMOKE, *TINY, "train.lr=1e4", "search.evolution.generations=1",
+                 "search.finalize.archs=1", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    run = RunDir(out)
+    assert code == 3 and "vpunas: warning: the search learned nothing" in err and "train.lr (now 10000)" in err
+    assert "WARNING nas.run: the search learned nothing" in run.log.read_text()
+    warnings = json.loads(run.warnings.read_text())
+    assert warnings and all(html.escape(line) in run.report_html.read_text() for line in warnings)
+    assert not smoke_run.warnings.exists()  # the same config at its own lr learns

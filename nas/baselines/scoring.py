@@ -145,7 +145,7 @@ class StandaloneTrainer(SupernetTrainer):
             return super().train_step(x, y, archs)
         self.supernet.train()
         loss = self.captured(to_device(x, self.device), to_device(y, self.device)).item()
-        check_finite([loss], f"{self.progress_label} training", self.global_step)
+        check_finite([loss], f"{self.progress_label} training", self.global_step, "train.lr", self.config.lr, len(x))
         return loss
 
 

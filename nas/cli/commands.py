@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import shlex
+import sys
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,17 @@ def _search(args: argparse.Namespace) -> int:
         scores = (f"{metric} {r[f'final_{metric}']:7.3f}  test {r[f'final_test_{metric}']:7.3f}  ({r[metric]:7.3f})"
                   if final else f"{metric} {r[metric]:7.3f}  test {r[f'test_{metric}']!s:>7}")
         print(f"  id {r['id']:>4}  {scores}  latency {r['latency_ms']:.4f} ms  MACs {r['macs'] / 1e6:.2f}M")
-    return 0
+    return _exit_for_warnings(run_dir)
+
+
+def _exit_for_warnings(run_dir) -> int:
+    """3 when the run finished but a stage learned nothing (its warnings repeated on stderr), else 0: a script
+    that runs vpunas must not take a front of untrained networks for a result."""
+    if not run_dir.warnings.exists():
+        return 0
+    for line in json.loads(run_dir.warnings.read_text(encoding="utf-8")):
+        print(f"vpunas: warning: {line}", file=sys.stderr)
+    return 3
 
 
 # ------------------------------------------------------------------------------------------------ report

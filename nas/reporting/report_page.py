@@ -338,6 +338,12 @@ def training_note(view: RunView) -> str:
     return "; ".join(parts)
 
 
+def _warnings_section(run_dir: RunDir) -> str:
+    """The run's warnings (`RunDir.warnings`: a stage that learned nothing), above everything it reported."""
+    lines = json.loads(run_dir.warnings.read_text(encoding="utf-8")) if run_dir.warnings.exists() else []
+    return "".join(f'<p class="headline warning"><b>Warning: {html.escape(line)}</b></p>' for line in lines)
+
+
 def _headline_section(view: RunView) -> str:
     """The papers' sentence with the run's numbers (`paper_sentence`, like with like only), what each side
     trained, then each baseline's match."""
@@ -511,7 +517,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     body = f"""<h1>vpunas run <code>{name}</code></h1>
 <p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(view.cost_model)}</code>).</p>
-{_headline_section(view)}
+{_warnings_section(run_dir)}{_headline_section(view)}
 <h2>Front</h2>{section}{_png(png, "pareto.png")}
 {final_section}
 {probe_section(run_dir, metric)}
@@ -565,7 +571,7 @@ tr[data-key]{cursor:pointer}tr.sel{background:#fff3c4}pre{background:#f6f6f6;pad
 #selected table td:last-child,#tip table td:last-child{font-family:inherit}svg.front{background:#fff}
 svg .grid{stroke:#eee}svg [data-key]{cursor:pointer}svg .sel{stroke:#d00;stroke-width:3}.bname{font-size:10px}
 #tip{position:absolute;background:#fffffa;border:1px solid #999;padding:4px;
-font-size:0.8em;pointer-events:none;max-width:36em;box-shadow:2px 2px 6px #0003}.note{color:#a40}
+font-size:0.8em;pointer-events:none;max-width:36em;box-shadow:2px 2px 6px #0003}.note{color:#a40}.warning{color:#b00}
 .legend{font-size:0.85em;margin:0.4em 0}.key{margin-right:1.2em}
 .key i{display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em;border:1px solid #555}"""
 

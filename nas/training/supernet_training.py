@@ -259,7 +259,7 @@ class SupernetTrainer:
                 losses = self._backward(to_device(x[rows], self.device), to_device(y[rows], self.device), archs,
                                         weight)
             self._sum_gradients()
-        check_finite(losses, "supernet training", self.global_step)
+        check_finite(losses, "supernet training", self.global_step, "train.lr", self.config.lr, len(x))
         if self.config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.config.grad_clip)
         self.optimizer.step()

@@ -294,7 +294,8 @@ class DifferentiableSearch:
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.task.loss(self.relaxed(x, {k: g.detach() for k, g in gates.items()}), y)
         loss.backward()
-        check_finite([loss.item()], "differentiable search (weights)", self.global_step)
+        check_finite([loss.item()], "differentiable search (weights)", self.global_step, "train.lr",
+                     self.train_config.lr, len(x))
         if self.train_config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.train_config.grad_clip)
         self.optimizer.step()
@@ -309,7 +310,8 @@ class DifferentiableSearch:
         expected = self.latency(self.arch.probs(sharpness))
         loss = latency_loss(task_loss, expected, self.config, self.reference_ms, self.target_ms)
         grads = torch.autograd.grad(loss, params)
-        check_finite([loss.item()], "differentiable search (architecture)", self.global_step)
+        check_finite([loss.item()], "differentiable search (architecture)", self.global_step,
+                     "search.differentiable.arch_lr", self.config.arch_lr, len(x))
         for p, g in zip(params, grads):
             p.grad = g
         self.arch_optimizer.step()
@@ -321,7 +323,8 @@ class DifferentiableSearch:
         self.finetune_optimizer.zero_grad(set_to_none=True)
         loss = self.task.loss(self.supernet(x), y)
         loss.backward()
-        check_finite([loss.item()], "fine-tuning of the derived arch", self.global_step)
+        check_finite([loss.item()], "fine-tuning of the derived arch", self.global_step,
+                     "search.differentiable.finetune_lr", self.config.finetune_lr, len(x))
         if self.train_config.grad_clip > 0:
             nn.utils.clip_grad_norm_(self.supernet.parameters(), self.train_config.grad_clip)
         self.finetune_optimizer.step()

@@ -77,6 +77,7 @@ class LockstepTrainer:
             for net in nets:
                 to_channels_last(net)
         self.peak_lr = config.lr if config.lr is not None else train.lr
+        self.lr_key = "search.finalize.lr" if config.lr is not None else "train.lr"  # the setting of peak_lr
         self.optimizers = [self._optimizer(net) for net in nets]
         refusal = capture_refusal(self.device, self.optimizers[0], train.cuda_graphs)
         if refusal and self.device.type == "cuda":
@@ -256,7 +257,7 @@ class LockstepTrainer:
         training = [i for i, steps in enumerate(self.net_steps) if self.global_step < steps]
         if self.captured is not None:
             losses = self._captured_steps(x, y, None if teacher_out is None else teacher_out.result(), training)
-            check_finite(losses, "finalisation training", self.global_step)
+            check_finite(losses, "finalisation training", self.global_step, self.lr_key, self.peak_lr, len(x))
             return losses
 
         def forward_backward(i: int) -> float:
@@ -275,7 +276,8 @@ class LockstepTrainer:
             self.optimizers[i].step()
 
         losses = self._each_net(forward_backward, training)
-        check_finite(losses, "finalisation training", self.global_step)  # before any net's update
+        check_finite(losses, "finalisation training", self.global_step, self.lr_key, self.peak_lr,
+                     len(x))  # before any net's update
         self._each_net(update, training)
         return losses
 
