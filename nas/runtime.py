@@ -5,6 +5,7 @@ import ctypes
 import ctypes.util
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -16,7 +17,8 @@ from .errors import TrainingDiverged
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_sigterm", "check_finite", "ThreadGovernor"]
+__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_stop_signals", "interrupt_received", "ignore_stop_signals",
+           "check_finite", "ThreadGovernor"]
 
 #: glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -54,15 +56,62 @@ def check_finite(losses: list[float], what: str, step: int, lr_setting: str, lr:
                                "that step was applied and finished work is kept")
 
 
-def _raise_interrupt(signum, frame):
+#: SIGINT / SIGTERM reached this process and asked it to stop (`interrupt_received`)
+_interrupt_received = threading.Event()
+#: how soon a signal that landed within an import is sent again
+_RESEND_AFTER_S = 0.05
+
+
+def interrupt_received() -> bool:
+    """Whether a stop signal reached this process since `interrupt_on_stop_signals()`: the CLI exits 130 even when
+    a library swallowed the KeyboardInterrupt on its way up and the work went on."""
+    return _interrupt_received.is_set()
+
+
+def _deferred_within_import(signum: int, frame) -> bool:
+    """True when `frame` runs within an import: the signal is then sent again in `_RESEND_AFTER_S`, until the
+    import is done. An exception that cuts an import short leaves a half-initialised module behind (torch's: its
+    re-import then fails or crashes the interpreter, and the process ended with exit 1 or a segfault instead of
+    130); imports are short, so the stop waits for them."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            resend = threading.Timer(_RESEND_AFTER_S, os.kill, (os.getpid(), signum))
+            resend.daemon = True
+            resend.start()
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _stop_now() -> None:
+    _interrupt_received.set()
     raise KeyboardInterrupt
 
 
-def interrupt_on_sigterm() -> None:
-    """SIGTERM (a scheduler's or a container's stop) ends the process like Ctrl-C: as a KeyboardInterrupt, so
-    the CLI reports it in one line and every `finally` runs."""
+def _raise_interrupt(signum, frame):
+    if not _deferred_within_import(signum, frame):
+        _stop_now()
+
+
+def interrupt_on_stop_signals() -> None:
+    """SIGINT (Ctrl-C) and SIGTERM (a scheduler's or a container's stop) end the process as a KeyboardInterrupt,
+    so that the CLI reports it in one line and every `finally` runs; never within an import (it waits for the
+    import's end). Called first thing by the CLI, which also forgets an earlier call's signal here."""
+    _interrupt_received.clear()
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _raise_interrupt)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT / SIGTERM for the rest of the process, which has finished its work and only exits.
+
+    The interpreter's teardown (torch, OpenVINO: over a second) runs after Python's handlers are gone, so a stop
+    signal there ended a finished run with -15; ignored, the exit status stays the run's own. For the command's
+    entry point only: a caller that goes on (a test) keeps its signals."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 class StopRequests:
@@ -71,7 +120,8 @@ class StopRequests:
     A signal that lands in the middle of an optimizer step would leave weights and optimizer state out of step
     with each other, so the checkpoint could only be the previous one and a resumed run would repeat the steps
     since. Deferred, the loop finishes its step, checkpoints, then stops (`check`): a resumed run repeats
-    nothing. A second signal stops at once. Outside the main thread (no signal handlers there) it does nothing.
+    nothing. A second signal stops at once; one after the loop's last `check` stops on leaving the block (the
+    loop's work is saved by then). Outside the main thread (no signal handlers there) it does nothing.
 
         with StopRequests() as stop:
             for ...:
@@ -83,28 +133,34 @@ class StopRequests:
 
     def __init__(self):
         self.requested = False
+        self._stopped = False
         self._previous: dict = {}
 
     def _request(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-        logger.warning("%s received: stopping after the current step", signal.Signals(signum).name)
+        if not self.requested:
+            self.requested = True
+            logger.warning("%s received: stopping after the current step", signal.Signals(signum).name)
+        elif not _deferred_within_import(signum, frame):
+            self._stopped = True
+            _stop_now()
 
     def __enter__(self) -> "StopRequests":
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._request) for s in self.SIGNALS}
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self.requested and not self._stopped and exc_type is None:
+            _stop_now()
 
     def check(self, save: Callable[[], None]) -> None:
         """After a finished step: when a stop was requested, `save()` the state and raise KeyboardInterrupt."""
         if self.requested:
             save()
-            raise KeyboardInterrupt
+            self._stopped = True
+            _stop_now()
 
 
 class ThreadGovernor:

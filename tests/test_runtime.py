@@ -1,12 +1,16 @@
-"""`nas.runtime`: batch-sized tensors reuse freed memory instead of fresh pages; stop requests between training
-steps."""
+"""`nas.runtime`: batch-sized tensors reuse freed memory instead of fresh pages; stop signals that never cut an
+import short; stop requests between training steps."""
 import os
 import resource
 import signal
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
+from conftest import REPO
 from nas.runtime import StopRequests, keep_freed_memory
 
 BIG = 40 << 20  # bytes: above glibc's largest automatic mmap threshold (32 MiB), like a batch of activations
@@ -47,6 +51,39 @@ def test_a_second_signal_stops_at_once():
         os.kill(os.getpid(), signal.SIGTERM)
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_signal_after_the_last_check_stops_on_leaving_the_loop():
+    with pytest.raises(KeyboardInterrupt):
+        with StopRequests() as stop:
+            stop.check(lambda: None)
+            os.kill(os.getpid(), signal.SIGTERM)  # the loop's last step is done and saved
+
+
+def test_a_stop_signal_waits_for_the_import_it_lands_in(tmp_path):
+    """SIGTERM in the middle of an import: the KeyboardInterrupt comes after the import's end, the module whole
+    (torch's import cut short left a module that could be neither used nor imported again)."""
+    (tmp_path / "slow_module.py").write_text(textwrap.dedent("""
+        import os, signal, time
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # Python code running within the import: where a handler would raise
+            pass
+        complete = True
+    """))
+    script = textwrap.dedent("""
+        import sys, time
+        from nas.runtime import interrupt_on_stop_signals, interrupt_received
+        interrupt_on_stop_signals()
+        try:
+            import slow_module
+            time.sleep(5)
+        except KeyboardInterrupt:
+            print("interrupted after the import:", sys.modules["slow_module"].complete, interrupt_received())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}"))
+    assert done.stdout.strip() == "interrupted after the import: True True", done.stderr
 
 
 def test_the_thread_governor_drops_to_one_thread_under_contention_and_comes_back():

@@ -19,9 +19,9 @@ import os
 import sys
 import warnings
 
-from ..runtime import interrupt_on_sigterm, keep_freed_memory
+from ..runtime import ignore_stop_signals, interrupt_on_stop_signals, interrupt_received, keep_freed_memory
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "command", "build_parser"]
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
@@ -59,7 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command() -> int:
+    """The `vpunas` program: `main()` on the process's arguments, then the stop signals ignored while the
+    interpreter exits (`ignore_stop_signals`)."""
+    code = main()
+    ignore_stop_signals()
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    interrupt_on_stop_signals()  # first: building the parser already imports torch
+    try:
+        return _run_command(argv)
+    except KeyboardInterrupt:
+        print("vpunas: interrupted; finished work is saved (resume a search with --resume)", file=sys.stderr)
+        return 130
+
+
+def _run_command(argv: list[str] | None) -> int:
     parser = build_parser()
     # key=value overrides may come after options (`search CONFIG --out DIR a=1`), which argparse leaves over
     args, extra = parser.parse_known_args(argv)
@@ -70,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     keep_freed_memory()
-    interrupt_on_sigterm()
     from ..distributed import Distributed, cleanup
 
     try:
@@ -84,15 +100,18 @@ def main(argv: list[str] | None = None) -> int:
             warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
             if not main_process:  # rank 0 prints the results
                 quiet.enter_context(contextlib.redirect_stdout(quiet.enter_context(open(os.devnull, "w"))))
-            return int(args.handler(args) or 0)
-    except _user_errors() as exc:
-        if args.verbose:
+            code = int(args.handler(args) or 0)
+        if interrupt_received():  # a library swallowed the KeyboardInterrupt and the work went on to its end
+            raise KeyboardInterrupt
+        return code
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        if interrupt_received():  # an error on the interrupt's way up: library code it cut short (OmegaConf's)
+            raise KeyboardInterrupt from exc
+        if args.verbose or not isinstance(exc, _user_errors()):
             raise
         print(f"vpunas: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("vpunas: interrupted; finished work is saved (resume a search with --resume)", file=sys.stderr)
-        return 130
     finally:
         cleanup()
-

@@ -1,6 +1,6 @@
 """`python -m nas.cli ...`: the `vpunas` command."""
 import sys
 
-from . import main
+from . import command
 
-sys.exit(main())
+sys.exit(command())
