@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional
@@ -172,18 +173,20 @@ class ClassificationTask:
                 "resize": "timm eval transform (resize, centre crop)", "input_shape": list(self.input_shape)}
 
     # ------------------------------------------------------------------------------------------- evaluation
-    #: how far above chance a network's top-1 must be to have learned anything (a diverged or untrained network
-    #: scores chance give or take the val split's noise)
-    UNTRAINED_MARGIN = 2.0
+    #: how many standard errors of the val split's sampling noise a network's top-1 must lie above a collapsed
+    #: network's to have learned anything
+    UNTRAINED_STANDARD_ERRORS = 2.0
 
     @torch.no_grad()
     def untrained_level(self) -> float:
         """The val top-1 at or below which a trained network has learned nothing: what answering the val split's
-        most common class scores (a collapsed network's answer) plus `UNTRAINED_MARGIN` points."""
+        most common class scores (a collapsed network's answer), plus `UNTRAINED_STANDARD_ERRORS` standard errors
+        of a top-1 near it on that many images."""
         counts = torch.zeros(self.num_classes, dtype=torch.int64)
         for _, y in iterate_eval(self.val, self.config.eval_batch_size, self.config.eval_images or None):
             counts += torch.bincount(y, minlength=self.num_classes)
-        return 100.0 * float(counts.max()) / float(counts.sum()) + self.UNTRAINED_MARGIN
+        share, images = float(counts.max()) / float(counts.sum()), float(counts.sum())
+        return 100.0 * (share + self.UNTRAINED_STANDARD_ERRORS * math.sqrt(share * (1 - share) / images))
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str = "val", all_images: bool = False) -> float:

@@ -271,13 +271,13 @@ def test_a_diverging_run_keeps_its_last_good_checkpoint(tmp_path, capsys):
 
 def test_a_run_that_learns_nothing_says_so(tmp_path, capsys, smoke_run):
     """A learning rate far off that never turns the loss NaN (clipped gradients) leaves every arch at chance: the
-    run finishes, and log, stderr, report and exit status say that its results are no results."""
+    run finishes, and its log, stderr and report say that its results are no results."""
     out = tmp_path / "run"
     code = main(["search", SMOKE, *TINY, "train.lr=1e4", "search.evolution.generations=1",
                  "search.finalize.archs=1", "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     run = RunDir(out)
-    assert code == 3 and "vpunas: warning: the search learned nothing" in err and "train.lr (now 10000)" in err
+    assert code == 0 and "vpunas: warning: the search learned nothing" in err and "train.lr (now 10000)" in err
     assert "WARNING nas.run: the search learned nothing" in run.log.read_text()
     warnings = json.loads(run.warnings.read_text())
     assert warnings and all(html.escape(line) in run.report_html.read_text() for line in warnings)

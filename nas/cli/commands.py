@@ -43,17 +43,15 @@ def _search(args: argparse.Namespace) -> int:
         scores = (f"{metric} {r[f'final_{metric}']:7.3f}  test {r[f'final_test_{metric}']:7.3f}  ({r[metric]:7.3f})"
                   if final else f"{metric} {r[metric]:7.3f}  test {r[f'test_{metric}']!s:>7}")
         print(f"  id {r['id']:>4}  {scores}  latency {r['latency_ms']:.4f} ms  MACs {r['macs'] / 1e6:.2f}M")
-    return _exit_for_warnings(run_dir)
+    _repeat_warnings(run_dir)
+    return 0
 
 
-def _exit_for_warnings(run_dir) -> int:
-    """3 when the run finished but a stage learned nothing (its warnings repeated on stderr), else 0: a script
-    that runs vpunas must not take a front of untrained networks for a result."""
-    if not run_dir.warnings.exists():
-        return 0
-    for line in json.loads(run_dir.warnings.read_text(encoding="utf-8")):
-        print(f"vpunas: warning: {line}", file=sys.stderr)
-    return 3
+def _repeat_warnings(run_dir) -> None:
+    """The run's warnings (a stage that learned nothing) once more on stderr, below the results they qualify."""
+    if run_dir.warnings.exists():
+        for line in json.loads(run_dir.warnings.read_text(encoding="utf-8")):
+            print(f"vpunas: warning: {line}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ report
