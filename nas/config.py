@@ -307,9 +307,14 @@ def _read_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
 
 
 def _merged(base: dict, top: dict) -> dict:
+    """`top` over `base`, mapping into mapping; a section that names another `type` than the base's replaces it
+    (its keys belong to another component: a hybrid space over a MobileNet one)."""
     out = dict(base)
     for key, value in top.items():
-        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        below = out.get(key)
+        same_kind = isinstance(value, dict) and isinstance(below, dict) and value.get("type", below.get("type")) == \
+            below.get("type")
+        out[key] = _merged(below, value) if same_kind else value
     return out
 
 

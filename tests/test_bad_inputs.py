@@ -273,8 +273,9 @@ def test_a_run_that_learns_nothing_says_so(tmp_path, capsys, smoke_run):
     """A learning rate far off that never turns the loss NaN (clipped gradients) leaves every arch at chance: the
     run finishes, and its log, stderr and report say that its results are no results."""
     out = tmp_path / "run"
-    code = main(["search", SMOKE, *TINY, "train.lr=1e4", "search.evolution.generations=1",
-                 "search.finalize.archs=1", "--out", str(out), "--no-progress"])
+    code = main(["search", SMOKE, *TINY, "train.lr=1e4", "search.evolution.generations=1", "search.finalize.archs=1",
+                 "search.finalize.screen_archs=0", "search.finalize.int8=false", "task.test_images=500",
+                 "--out", str(out), "--no-progress"])
     err = capsys.readouterr().err
     run = RunDir(out)
     assert code == 0 and "vpunas: warning: the search learned nothing" in err and "train.lr (now 10000)" in err

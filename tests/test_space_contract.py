@@ -11,6 +11,7 @@ from hw_cost import extract_layers
 from search_spaces import ArchError, build_space, space_config_class
 from search_spaces.common import StageConfig
 from search_spaces.edsr import EdsrSpaceConfig
+from search_spaces.hybrid import BLOCK_TYPES, HybridSpaceConfig, HybridStageConfig
 from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig
 from search_spaces.resnet import ResNetSpaceConfig
 
@@ -36,6 +37,14 @@ def _edsr(scale):
     return build_space(config, input_shape=(3, 12, 16), num_outputs=3)
 
 
+def _hybrid():
+    stages = [HybridStageConfig([16, 32], 1, [1, 2], ["ib", "fused"]),
+              HybridStageConfig([32, 48], 2, [1, 2, 3], list(BLOCK_TYPES))]
+    config = HybridSpaceConfig(stem_widths=[16, 32], stem_stride=2, stages=stages, kernel_sizes=[3, 5],
+                               expand_ratios=[1, 2, 4], head_widths=[32, 64])
+    return build_space(config, input_shape=(1, 28, 28), num_outputs=10)
+
+
 SPACES = {
     "mobilenet": lambda: _mobilenet(),
     "mobilenet-ratio-1": lambda: _mobilenet(stages=[MobileNetStageConfig(16, 1, [1, 2], expand_ratios=[1, 3]),
@@ -48,6 +57,7 @@ SPACES = {
                                                MobileNetStageConfig(24, 1, [1, 2], se=True)]),
     "resnet-bottleneck": lambda: _resnet("bottleneck"),
     "resnet-basic": lambda: _resnet("basic"),
+    "hybrid": _hybrid,
     "edsr-x2": lambda: _edsr(2),
     "edsr-x4": lambda: _edsr(4),
 }
@@ -65,7 +75,7 @@ def _archs(space, n_random: int, seed: int = 3) -> list[dict]:
 
 
 @pytest.mark.parametrize("family, config_class", [("mobilenet", MobileNetSpaceConfig), ("resnet", ResNetSpaceConfig),
-                                                  ("edsr", EdsrSpaceConfig)])
+                                                  ("edsr", EdsrSpaceConfig), ("hybrid", HybridSpaceConfig)])
 def test_the_registry_gives_each_family_its_config(family, config_class):
     assert space_config_class(family) is config_class
     with pytest.raises(ArchError, match=f"valid: .*{family}"):

@@ -1,7 +1,8 @@
 """An arch drawn for the report: an inline SVG of its blocks, and a one-line summary for hovers.
 
-The family is told by the arch's keys (`search_spaces/`: MobileNet-style {depth, kernel, expand}, ResNet-style
-{depth, width, expand}, EDSR-style {blocks, channels, kernel, ...}); the run's `space` config, when given, adds
+The family is told by the arch's keys (`search_spaces/`: hybrid {stem, depth, width, block, kernel, expand, head},
+MobileNet-style {depth, kernel, expand}, ResNet-style {depth, width, expand}, EDSR-style {blocks, channels,
+kernel, ...}); the run's `space` config, when given, adds
 the fixed widths and the depths an arch leaves out (drawn dashed). Other archs have no picture (`arch_svg`
 returns None) and a summary that is their JSON.
 """
@@ -36,6 +37,8 @@ class _Box:
 
 def _family(arch: dict) -> str | None:
     keys = set(arch)
+    if {"depth", "width", "block", "kernel", "expand"} <= keys:
+        return "hybrid"
     if {"depth", "kernel", "expand"} <= keys:
         return "mobilenet"
     if {"depth", "width", "expand"} <= keys:
@@ -52,6 +55,11 @@ def _nums(values) -> str:
 def arch_summary(arch: dict) -> str:
     """One line: per stage (separated by |) the choices of each active block."""
     family = _family(arch)
+    if family == "hybrid":
+        blocks = "|".join(",".join(f"{t} k{k} e{e:g}" for t, k, e in zip(*per_block))
+                          for per_block in zip(arch["block"], arch["kernel"], arch["expand"]))
+        return (f"stem {arch['stem']}; depth {'-'.join(map(str, arch['depth']))}; width {_nums(arch['width'])}; "
+                f"blocks {blocks}; head {arch['head']}")
     if family == "mobilenet":
         return (f"depth {'-'.join(map(str, arch['depth']))}; kernel {'|'.join(_nums(k) for k in arch['kernel'])}; "
                 f"expand {'|'.join(_nums(e) for e in arch['expand'])}")
@@ -88,6 +96,24 @@ def _mobilenet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
     return out
 
 
+def _hybrid(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
+    widest = max(w for cfg in space.get("stages") or [] for w in cfg.get("widths") or []) if space.get("stages") \
+        else max(arch["width"])
+    ratios = [e for cfg in space.get("stages") or [] for e in cfg.get("expand_ratios") or []]
+    top = max((space.get("expand_ratios") or []) + ratios or [e for stage in arch["expand"] for e in stage])
+    out = []
+    for s, (depth, width, kinds, kernels, expands, cfg) in enumerate(zip(
+            arch["depth"], arch["width"], arch["block"], arch["kernel"], arch["expand"],
+            _stage_cfgs(space, len(arch["depth"])))):
+        scale = width / widest
+        boxes = [_Box(f"{kind} k{k} e{e:g}", scale * e / top, k) for kind, k, e in zip(kinds, kernels, expands)]
+        most = max(cfg.get("depths") or [depth])
+        boxes += [_Box("", scale, ghost=True) for _ in range(most - depth)]
+        stride = f" · stride {cfg['stride']}" if "stride" in cfg else ""
+        out.append((f"stage {s + 1} · {width} ch{stride} · depth {depth}/{most}", boxes))
+    return out
+
+
 def _resnet(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
     top = max(space.get("expand_ratios") or [e for stage in arch["expand"] for e in stage])
     mult_top = max(space.get("width_mults") or arch["width"])
@@ -117,7 +143,7 @@ def _edsr(arch: dict, space: dict) -> list[tuple[str, list[_Box]]]:
              [_Box(f"x{space['scale']}" if "scale" in space else "up", 1.0)])]
 
 
-_LAYOUTS = {"mobilenet": _mobilenet, "resnet": _resnet, "edsr": _edsr}
+_LAYOUTS = {"hybrid": _hybrid, "mobilenet": _mobilenet, "resnet": _resnet, "edsr": _edsr}
 
 
 def arch_svg(arch: dict, space: dict | None = None) -> str | None:

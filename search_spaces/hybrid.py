@@ -1,0 +1,464 @@
+"""NPU-native hybrid space: MobileNetV4's block types with searched widths, on shared weights (Once-for-All).
+
+What the NPU's DPU rewards decides the blocks (VPUNN's own figures; docs/latency.md): dense convolutions run many
+more MACs per microsecond than depthwise ones, only ReLU-family activations fuse into the DPU (no hard-swish, no
+squeeze-excite: they go to SHAVE kernels), and channel counts that are multiples of 16 fill its execution modes.
+So per block the search picks one of four block types (Qin et al., "MobileNetV4: Universal Models for the Mobile
+Ecosystem", ECCV 2024, https://arxiv.org/abs/2404.10518: the universal inverted bottleneck and its variants;
+Tan & Le, "EfficientNetV2", ICML 2021: the fused inverted bottleneck), from the cheapest to the costliest at equal
+widths:
+
+* `convnext`: k x k depthwise on the input (with the stride), 1x1 expand, 1x1 project (UIB's ConvNext-like form);
+* `ib`: 1x1 expand, k x k depthwise (with the stride), 1x1 project (MobileNetV2's inverted bottleneck);
+* `extradw`: k x k depthwise on the input, 1x1 expand, k x k depthwise (with the stride), 1x1 project (UIB's
+  ExtraDW);
+* `fused`: a dense k x k expansion (with the stride), 1x1 project (the fused IB of EfficientNetV2 and
+  MobileNetV4's early stages);
+
+its kernel and its expansion ratio (of the block's input width); per stage its depth and its output width (a
+multiple of 16); and the stem's and the head's widths. Weights are shared as OFA shares them: every block position
+holds one module per block type, on the largest widths of its input, expansion and output, and an arch runs the
+leading channels of each (channel slicing) and the centre of each kernel. A block adds its input when it keeps
+stride and width.
+
+An arch: {"stem": width, "depth": [d per stage], "width": [w per stage], "block": [[type per active block] per
+stage], "kernel": [[k ...] ...], "expand": [[e ...] ...], "head": width}.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+
+from hw_cost import Block
+
+from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .common import ConvBnAct, StemBlocksHead, init_weights
+from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
+
+__all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
+           "HybridNet"]
+
+#: the block types, from the cheapest to the costliest at equal widths (the order of their choice's values)
+BLOCK_TYPES = ("convnext", "ib", "extradw", "fused")
+#: activations the NPU's DPU fuses into its convolutions
+ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6}
+
+
+@dataclass
+class HybridStageConfig:
+    """A stage. Args:
+        widths: its searched output widths (multiples of the space's `channel_divisor`).
+        stride: of its first block.
+        depths: its searched numbers of blocks.
+        block_types: the block types its blocks choose from (of `BLOCK_TYPES`).
+        expand_ratios: replace the space's ratios for its blocks (None = the space's).
+    """
+
+    widths: list[int] = field(default_factory=lambda: [32, 48])
+    stride: int = 1
+    depths: list[int] = field(default_factory=lambda: [1, 2])
+    block_types: list[str] = field(default_factory=lambda: ["convnext", "ib", "extradw"])
+    expand_ratios: Optional[list[int]] = None
+
+
+@dataclass
+class HybridSpaceConfig:
+    """Args:
+        stem_widths / stem_stride: the 3x3 stem conv's searched widths and its stride.
+        stages: the searched stages.
+        kernel_sizes: per-block kernel choices (odd), of every depthwise conv and of a fused block's expansion.
+        expand_ratios: per-block expansion choices (ratios of the block's input width, at least 1).
+        head_widths: searched widths of the 1x1 conv before global pooling.
+        activation: relu or relu6 (the ones the DPU fuses), of every conv but the projections.
+        channel_divisor: every width is a multiple of it, expanded ones rounded to it (16 fills the DPU's modes).
+    """
+
+    type: str = "hybrid"
+    stem_widths: list[int] = field(default_factory=lambda: [16, 32])
+    stem_stride: int = 2
+    stages: list[HybridStageConfig] = field(default_factory=lambda: [
+        HybridStageConfig([16, 32], 1, [1, 2], ["ib", "fused"]),
+        HybridStageConfig([32, 48], 2, [1, 2, 3], ["convnext", "ib", "extradw", "fused"]),
+        HybridStageConfig([64, 96], 2, [2, 3, 4]),
+        HybridStageConfig([128, 160], 1, [1, 2])])
+    kernel_sizes: list[int] = field(default_factory=lambda: [3, 5])
+    expand_ratios: list[int] = field(default_factory=lambda: [2, 4, 6])
+    head_widths: list[int] = field(default_factory=lambda: [256, 640, 1280])
+    dropout: float = 0.1
+    activation: str = "relu"
+    channel_divisor: int = 16
+
+
+def _layout(kind: str) -> tuple[bool, bool, bool]:
+    """(depthwise conv on the input, depthwise conv inside the expansion, dense k x k expansion) of a type."""
+    return kind in ("convnext", "extradw"), kind in ("ib", "extradw"), kind == "fused"
+
+
+def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
+    """A block's expanded width: its input width times the ratio, rounded to `divisor`."""
+    return make_divisible(in_channels * expand_ratio, divisor)
+
+
+# ------------------------------------------------------------------------------------------ static modules
+class HybridBlock(nn.Module):
+    """One block of a standalone network: an optional depthwise conv on the input (BN, no activation, as in UIB),
+    the expansion (1x1, or dense k x k for `fused`), an optional depthwise conv inside it, the 1x1 projection;
+    the input added when stride and width allow. The stride sits in the inner depthwise conv when there is one,
+    else in the first conv."""
+
+    def __init__(self, kind: str, in_channels: int, out_channels: int, *, mid_channels: int, kernel_size: int,
+                 stride: int, act_layer: type[nn.Module]):
+        super().__init__()
+        start_dw, mid_dw, fused = _layout(kind)
+        self.kind = kind
+        self.start = (ConvBnAct(in_channels, in_channels, kernel_size, stride=1 if mid_dw else stride,
+                                groups=in_channels, act_layer=None) if start_dw else nn.Identity())
+        self.expand = ConvBnAct(in_channels, mid_channels, kernel_size if fused else 1,
+                                stride=stride if fused else 1, act_layer=act_layer)
+        self.mid = (ConvBnAct(mid_channels, mid_channels, kernel_size, stride=stride, groups=mid_channels,
+                              act_layer=act_layer) if mid_dw else nn.Identity())
+        self.project = ConvBnAct(mid_channels, out_channels, 1, act_layer=None)
+        self.use_shortcut = stride == 1 and in_channels == out_channels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.project(self.mid(self.expand(self.start(x))))
+        return x + out if self.use_shortcut else out
+
+
+class HybridHead(nn.Module):
+    """1x1 conv (BN, activation), global average pooling, dropout, linear classifier."""
+
+    def __init__(self, in_channels: int, width: int, num_classes: int, *, dropout: float,
+                 act_layer: type[nn.Module]):
+        super().__init__()
+        self.conv = ConvBnAct(in_channels, width, 1, act_layer=act_layer)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(width, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
+
+
+class HybridNet(StemBlocksHead):
+    """A standalone network of the space: stem, blocks, head."""
+
+
+# ------------------------------------------------------------------------------------------ elastic modules
+class _ElasticConvBn(nn.Module):
+    """An elastic conv and its batch norm, optionally followed by an activation."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, stride: int = 1,
+                 depthwise: bool = False, act_layer: type[nn.Module] | None = None):
+        super().__init__()
+        self.conv = ElasticConv2d(in_channels, out_channels, kernel_size, stride=stride, depthwise=depthwise)
+        self.bn = ElasticBatchNorm2d(out_channels)
+        self.act = act_layer() if act_layer is not None else nn.Identity()
+
+    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None):
+        return self.act(self.bn(self.conv(x, out_channels=out_channels, kernel_size=kernel_size)))
+
+    def export_into(self, target: ConvBnAct, in_channels: int, out_channels: int, kernel_size: int) -> None:
+        target[0] = self.conv.export(in_channels, out_channels, kernel_size)
+        target[1] = self.bn.export(in_channels if self.conv.depthwise else out_channels)
+
+
+class ElasticHybridBlock(nn.Module):
+    """One block type at one block position, on the largest widths the position can see; runs the active input
+    width (read from its input), expansion, output width and kernel."""
+
+    def __init__(self, kind: str, max_in: int, max_out: int, *, stride: int, kernel_sizes, expand_ratios,
+                 act_layer: type[nn.Module], channel_divisor: int):
+        super().__init__()
+        start_dw, mid_dw, fused = _layout(kind)
+        self.kind, self.stride, self.divisor, self.act_layer = kind, stride, channel_divisor, act_layer
+        k = max(kernel_sizes)
+        max_mid = expanded_width(max_in, max(expand_ratios), channel_divisor)
+        self.start = (_ElasticConvBn(max_in, max_in, k, stride=1 if mid_dw else stride, depthwise=True)
+                      if start_dw else None)
+        self.expand = _ElasticConvBn(max_in, max_mid, k if fused else 1, stride=stride if fused else 1,
+                                     act_layer=act_layer)
+        self.mid = (_ElasticConvBn(max_mid, max_mid, k, stride=stride, depthwise=True, act_layer=act_layer)
+                    if mid_dw else None)
+        self.project = _ElasticConvBn(max_mid, max_out, 1)
+
+    def forward(self, x: torch.Tensor, out_channels: int, kernel_size: int, expand_ratio: int) -> torch.Tensor:
+        mid = expanded_width(x.shape[1], expand_ratio, self.divisor)
+        h = self.start(x, kernel_size=kernel_size) if self.start is not None else x
+        h = self.expand(h, out_channels=mid, kernel_size=kernel_size if self.kind == "fused" else 1)
+        if self.mid is not None:
+            h = self.mid(h, kernel_size=kernel_size)
+        h = self.project(h, out_channels=out_channels)
+        return x + h if self.stride == 1 and x.shape[1] == out_channels else h
+
+    def extract(self, in_channels: int, out_channels: int, kernel_size: int, expand_ratio: int) -> HybridBlock:
+        mid = expanded_width(in_channels, expand_ratio, self.divisor)
+        block = HybridBlock(self.kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel_size,
+                            stride=self.stride, act_layer=self.act_layer)
+        if self.start is not None:
+            self.start.export_into(block.start, in_channels, in_channels, kernel_size)
+        self.expand.export_into(block.expand, in_channels, mid, kernel_size if self.kind == "fused" else 1)
+        if self.mid is not None:
+            self.mid.export_into(block.mid, mid, mid, kernel_size)
+        self.project.export_into(block.project, mid, out_channels, 1)
+        return block.train(self.training)
+
+
+class ElasticHybridHead(nn.Module):
+    """The head on the largest widths: 1x1 conv to the active head width, pooling, dropout, classifier."""
+
+    def __init__(self, max_in: int, max_width: int, num_classes: int, *, dropout: float,
+                 act_layer: type[nn.Module]):
+        super().__init__()
+        self.conv = _ElasticConvBn(max_in, max_width, 1, act_layer=act_layer)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = ElasticLinear(max_width, num_classes)
+        self.dropout_p, self.act_layer, self.num_classes = dropout, act_layer, num_classes
+
+    def forward(self, x: torch.Tensor, width: int) -> torch.Tensor:
+        return self.classifier(self.dropout(self.conv(x, out_channels=width).mean((2, 3))))
+
+    def extract(self, in_channels: int, width: int) -> HybridHead:
+        head = HybridHead(in_channels, width, self.num_classes, dropout=self.dropout_p, act_layer=self.act_layer)
+        self.conv.export_into(head.conv, in_channels, width, 1)
+        head.classifier = self.classifier.export(width)
+        return head.train(self.training)
+
+
+class HybridSupernet(Supernet):
+    def __init__(self, space: "HybridSpace"):
+        super().__init__()
+        cfg, act = space.config, space.act_layer
+        self.space = space
+        self.stem = _ElasticConvBn(space.input_shape[0], max(cfg.stem_widths), 3, stride=cfg.stem_stride,
+                                   act_layer=act)
+        self.stages = nn.ModuleList()
+        max_in = max(cfg.stem_widths)
+        for stage, expands in zip(cfg.stages, space.stage_expands):
+            positions = nn.ModuleList()
+            for b in range(max(stage.depths)):
+                positions.append(nn.ModuleDict({
+                    kind: ElasticHybridBlock(kind, max_in if b == 0 else max(stage.widths), max(stage.widths),
+                                             stride=stage.stride if b == 0 else 1, kernel_sizes=space.kernels,
+                                             expand_ratios=expands, act_layer=act,
+                                             channel_divisor=cfg.channel_divisor)
+                    for kind in space.stage_types[len(self.stages)]}))
+            self.stages.append(positions)
+            max_in = max(stage.widths)
+        self.head = ElasticHybridHead(max_in, max(cfg.head_widths), space.num_outputs, dropout=cfg.dropout,
+                                      act_layer=act)
+        self.apply(init_weights)
+        self.arch = space.largest()
+
+    def set_active(self, arch: dict) -> None:
+        self.arch = self.space.validate(arch)
+
+    def _active_blocks(self):
+        """(block module, its input width, output width, kernel, expansion) of each block of the active arch."""
+        arch, c = self.arch, self.arch["stem"]
+        for s, positions in enumerate(self.stages):
+            for b in range(arch["depth"][s]):
+                out = arch["width"][s]
+                yield positions[b][arch["block"][s][b]], c, out, arch["kernel"][s][b], arch["expand"][s][b]
+                c = out
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x, out_channels=self.arch["stem"])
+        for block, _, out, k, e in self._active_blocks():
+            x = block(x, out, k, e)
+        return self.head(x, self.arch["head"])
+
+    def extract(self, arch: dict) -> HybridNet:
+        self.set_active(arch)
+        stem = ConvBnAct(self.space.input_shape[0], self.arch["stem"], 3, stride=self.space.config.stem_stride,
+                         act_layer=self.space.act_layer)
+        self.stem.export_into(stem, self.space.input_shape[0], self.arch["stem"], 3)
+        blocks = [block.extract(c, out, k, e) for block, c, out, k, e in self._active_blocks()]
+        last = self.arch["width"][-1]
+        return HybridNet(stem, blocks, self.head.extract(last, self.arch["head"])).train(self.training)
+
+
+# ------------------------------------------------------------------------------------------ the space
+@register_space("hybrid", HybridSpaceConfig)
+class HybridSpace(SearchSpace):
+    """NPU-native hybrid space (see the module docstring). Config: `HybridSpaceConfig`."""
+
+    def __init__(self, config: HybridSpaceConfig, *, input_shape, num_outputs: int):
+        super().__init__(input_shape, num_outputs)
+        divisor = config.channel_divisor
+        if not config.stages:
+            raise ArchError("space.stages: at least one stage is needed")
+        if config.activation not in ACTIVATIONS:
+            raise ArchError(f"space.activation: {config.activation!r} is not one of {sorted(ACTIVATIONS)} (the "
+                            "activations the NPU fuses into its convolutions)")
+        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes) or not config.kernel_sizes:
+            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
+        self._widths(config.stem_widths, divisor, "space.stem_widths")
+        self._widths(config.head_widths, 1, "space.head_widths")
+        for i, stage in enumerate(config.stages):
+            self._widths(stage.widths, divisor, f"space.stages[{i}].widths")
+            if not stage.depths or min(stage.depths) < 1:
+                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
+            unknown = sorted(set(stage.block_types) - set(BLOCK_TYPES))
+            if not stage.block_types or unknown:
+                raise ArchError(f"space.stages[{i}].block_types: expected some of {list(BLOCK_TYPES)}, got "
+                                f"{stage.block_types}")
+        self.config = config
+        self.act_layer = ACTIVATIONS[config.activation]
+        self.kernels = tuple(sorted(set(config.kernel_sizes)))
+        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
+        #: per stage: its expansion ratios and its block types (in `BLOCK_TYPES` order)
+        self.stage_expands = [space_ratios if stage.expand_ratios is None
+                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
+                              for i, stage in enumerate(config.stages)]
+        self.stage_types = [tuple(t for t in BLOCK_TYPES if t in stage.block_types) for stage in config.stages]
+
+    @staticmethod
+    def _widths(widths: list[int], divisor: int, where: str) -> None:
+        if not widths or any(w < 1 or w % divisor for w in widths):
+            raise ArchError(f"{where}: positive multiples of {divisor} needed, got {widths}")
+
+    @staticmethod
+    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
+        if not ratios or any(e < 1 for e in ratios):
+            raise ArchError(f"{where}: ratios must be >= 1, got {ratios}")
+        return tuple(sorted(set(ratios)))
+
+    # ------------------------------------------------------------------ the choices and the arch dict
+    def _build_choices(self) -> list[Choice]:
+        cfg = self.config
+        choices = [Choice("stem", tuple(sorted(set(cfg.stem_widths))))]
+        for s, stage in enumerate(cfg.stages):
+            choices.append(Choice(f"s{s}.depth", tuple(sorted(set(stage.depths)))))
+            choices.append(Choice(f"s{s}.width", tuple(sorted(set(stage.widths)))))
+            for b in range(max(stage.depths)):
+                choices.append(Choice(f"s{s}.b{b}.block", self.stage_types[s]))
+                choices.append(Choice(f"s{s}.b{b}.kernel", self.kernels))
+                choices.append(Choice(f"s{s}.b{b}.expand", self.stage_expands[s]))
+        choices.append(Choice("head", tuple(sorted(set(cfg.head_widths)))))
+        return choices
+
+    _PER_BLOCK = ("block", "kernel", "expand")
+    _KEYS = ("stem", "depth", "width", "block", "kernel", "expand", "head")
+
+    def arch_from_assignment(self, values: dict[str, Any]) -> dict:
+        n = len(self.config.stages)
+        depth = [int(values[f"s{s}.depth"]) for s in range(n)]
+        arch = {"stem": int(values["stem"]), "depth": depth, "width": [int(values[f"s{s}.width"]) for s in range(n)]}
+        for key in self._PER_BLOCK:
+            cast = str if key == "block" else int
+            arch[key] = [[cast(values[f"s{s}.b{b}.{key}"]) for b in range(d)] for s, d in enumerate(depth)]
+        arch["head"] = int(values["head"])
+        return arch
+
+    def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
+        missing, extra = set(self._KEYS) - set(arch), set(arch) - set(self._KEYS)
+        if missing or extra:
+            raise ArchError(f"arch keys must be {', '.join(self._KEYS)} (missing {sorted(missing)}, unknown "
+                            f"{sorted(extra)})")
+        n = len(self.config.stages)
+        for key in ("depth", "width", *self._PER_BLOCK):
+            if not isinstance(arch[key], list) or len(arch[key]) != n:
+                raise ArchError(f"arch.{key}: expected a list of {n} stages")
+        values = {"stem": arch["stem"], "head": arch["head"]}
+        for s, stage in enumerate(self.config.stages):
+            depth = arch["depth"][s]
+            if depth not in stage.depths:
+                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
+            values[f"s{s}.depth"], values[f"s{s}.width"] = depth, arch["width"][s]
+            firsts = {"block": self.stage_types[s][0], "kernel": self.kernels[0], "expand": self.stage_expands[s][0]}
+            for key in self._PER_BLOCK:
+                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
+                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
+                for b in range(max(stage.depths)):
+                    values[f"s{s}.b{b}.{key}"] = arch[key][s][b] if b < depth else firsts[key]
+        return values
+
+    # ------------------------------------------------------------------ networks
+    def build_supernet(self) -> HybridSupernet:
+        return HybridSupernet(self)
+
+    def fresh_network(self, arch: dict) -> nn.Module:
+        """Initialised at its own size: the supernet's initialisation scales by its largest widths."""
+        net = self.build_supernet().extract(self.validate(arch))
+        net.apply(init_weights)
+        return net
+
+    # ------------------------------------------------------------------ cost blocks
+    def _stem_block(self, width: int) -> Block:
+        c, h, w = self.input_shape
+        stride, act = self.config.stem_stride, self.config.activation
+        return Block(f"stem|in{c}x{h}x{w}|out{width}|k3|s{stride}|{act}", (1, c, h, w),
+                     partial(ConvBnAct, c, width, 3, stride=stride, act_layer=self.act_layer))
+
+    def _block(self, kind: str, in_channels: int, out_channels: int, kernel: int, expand: int, stride: int,
+               hw: tuple[int, int]) -> Block:
+        mid = expanded_width(in_channels, expand, self.config.channel_divisor)
+        h, w = hw
+        return Block(f"hybrid|{kind}|k{kernel}|e{expand}|mid{mid}|in{in_channels}x{h}x{w}|out{out_channels}|"
+                     f"s{stride}|{self.config.activation}", (1, in_channels, h, w),
+                     partial(HybridBlock, kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel,
+                             stride=stride, act_layer=self.act_layer))
+
+    def _head_block(self, in_channels: int, width: int, hw: tuple[int, int]) -> Block:
+        h, w = hw
+        cfg = self.config
+        return Block(f"head|in{in_channels}x{h}x{w}|mid{width}|out{self.num_outputs}|{cfg.activation}",
+                     (1, in_channels, h, w),
+                     partial(HybridHead, in_channels, width, self.num_outputs, dropout=cfg.dropout,
+                             act_layer=self.act_layer))
+
+    def _resolutions(self) -> list[tuple[int, int]]:
+        """The input resolution of each stage, then the head's."""
+        h, w = self.input_shape[1:]
+        h, w = -(-h // self.config.stem_stride), -(-w // self.config.stem_stride)
+        out = []
+        for stage in self.config.stages:
+            out.append((h, w))
+            h, w = -(-h // stage.stride), -(-w // stage.stride)
+        return out + [(h, w)]
+
+    def blocks(self, arch: dict) -> list[Block]:
+        arch = self.validate(arch)
+        resolutions = self._resolutions()
+        out, c = [self._stem_block(arch["stem"])], arch["stem"]
+        for s, stage in enumerate(self.config.stages):
+            hw = resolutions[s]
+            for b, (kind, k, e) in enumerate(zip(arch["block"][s], arch["kernel"][s], arch["expand"][s])):
+                stride = stage.stride if b == 0 else 1
+                out.append(self._block(kind, c, arch["width"][s], k, e, stride, hw))
+                c, hw = arch["width"][s], resolutions[s + 1]
+        out.append(self._head_block(c, arch["head"], resolutions[-1]))
+        return out
+
+    def all_blocks(self) -> list[Block]:
+        """Each stage's first block from every input width the previous stage (or the stem) can give, its later
+        blocks at each of its widths, under every type, kernel and expansion; the stem and head at each width."""
+        cfg, resolutions = self.config, self._resolutions()
+        unique: dict[str, Block] = {}
+
+        def add(block: Block) -> None:
+            unique.setdefault(block.key, block)
+
+        for width in sorted(set(cfg.stem_widths)):
+            add(self._stem_block(width))
+        inputs = sorted(set(cfg.stem_widths))
+        for s, stage in enumerate(cfg.stages):
+            widths = sorted(set(stage.widths))
+            for kind in self.stage_types[s]:
+                for k in self.kernels:
+                    for e in self.stage_expands[s]:
+                        for out in widths:
+                            for c in inputs:
+                                add(self._block(kind, c, out, k, e, stage.stride, resolutions[s]))
+                            if max(stage.depths) > 1:
+                                add(self._block(kind, out, out, k, e, 1, resolutions[s + 1]))
+            inputs = widths
+        for c in inputs:
+            for width in sorted(set(cfg.head_widths)):
+                add(self._head_block(c, width, resolutions[-1]))
+        return list(unique.values())
