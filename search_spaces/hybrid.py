@@ -37,7 +37,7 @@ import torch.nn as nn
 from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
-from .common import ConvBnAct, StemBlocksHead, init_weights
+from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 
 __all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
@@ -130,20 +130,6 @@ class HybridBlock(nn.Module):
         return x + out if self.use_shortcut else out
 
 
-class HybridHead(nn.Module):
-    """1x1 conv (BN, activation), global average pooling, dropout, linear classifier."""
-
-    def __init__(self, in_channels: int, width: int, num_classes: int, *, dropout: float,
-                 act_layer: type[nn.Module]):
-        super().__init__()
-        self.conv = ConvBnAct(in_channels, width, 1, act_layer=act_layer)
-        self.dropout = nn.Dropout(dropout)
-        self.classifier = nn.Linear(width, num_classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
-
-
 class HybridNet(StemBlocksHead):
     """A standalone network of the space: stem, blocks, head."""
 
@@ -222,8 +208,8 @@ class ElasticHybridHead(nn.Module):
     def forward(self, x: torch.Tensor, width: int) -> torch.Tensor:
         return self.classifier(self.dropout(self.conv(x, out_channels=width).mean((2, 3))))
 
-    def extract(self, in_channels: int, width: int) -> HybridHead:
-        head = HybridHead(in_channels, width, self.num_classes, dropout=self.dropout_p, act_layer=self.act_layer)
+    def extract(self, in_channels: int, width: int) -> ClassifierHead:
+        head = ClassifierHead(in_channels, width, self.num_classes, dropout=self.dropout_p, act_layer=self.act_layer)
         self.conv.export_into(head.conv, in_channels, width, 1)
         head.classifier = self.classifier.export(width)
         return head.train(self.training)
@@ -409,7 +395,7 @@ class HybridSpace(SearchSpace):
         cfg = self.config
         return Block(f"head|in{in_channels}x{h}x{w}|mid{width}|out{self.num_outputs}|{cfg.activation}",
                      (1, in_channels, h, w),
-                     partial(HybridHead, in_channels, width, self.num_outputs, dropout=cfg.dropout,
+                     partial(ClassifierHead, in_channels, width, self.num_outputs, dropout=cfg.dropout,
                              act_layer=self.act_layer))
 
     def _resolutions(self) -> list[tuple[int, int]]:

@@ -24,6 +24,7 @@ record, and say why in the commit.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import io
 import json
@@ -83,15 +84,10 @@ def numerics_fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
-_fingerprint: str | None = None
-
-
+@functools.cache
 def fingerprint() -> str:
     """`numerics_fingerprint()`, computed once per process."""
-    global _fingerprint
-    if _fingerprint is None:
-        _fingerprint = numerics_fingerprint()
-    return _fingerprint
+    return numerics_fingerprint()
 
 
 def _rows(text: str) -> list[dict]:
