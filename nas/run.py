@@ -30,7 +30,7 @@ from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
 from .distributed import Distributed, start
-from .errors import RunDirError
+from .errors import ParameterError, RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .ranking.probe import score_probe
@@ -92,7 +92,7 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
     run_dir = RunDir(out if out is not None else Path("runs") / config.name)
     if resume:
         if not run_dir.exists():
-            raise ConfigError(f"--resume: {run_dir.path} holds no run (no config.yaml)")
+            raise ParameterError(f"`resume`: {run_dir.path} holds no run (no config.yaml)")
         recorded = load_config(run_dir.config)
         if config.threads == 0:
             config.threads = recorded.threads
@@ -100,13 +100,13 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             config.device = recorded.device
         diff = first_difference(config.to_dict(), recorded.to_dict())
         if diff:
-            raise ConfigError(f"--resume: {diff} differs from {run_dir.config}; resume with the same config and "
-                              "overrides, or start a new run with --out")
+            raise ParameterError(f"`resume`: {diff} differs from {run_dir.config}; resume with the same config and "
+                                 "overrides, or start a new run with `out`")
         config = recorded
     else:
         if run_dir.path.exists() and any(run_dir.path.iterdir()):
-            raise ConfigError(f"run directory {run_dir.path} exists and is not empty; use --resume to continue it "
-                              "or --out for a new one")
+            raise ParameterError(f"run directory {run_dir.path} exists and is not empty; use `resume` to continue it "
+                                 "or `out` for a new one")
         if config.threads == 0:
             launch = Distributed.from_environment()
             # processes sharing a machine share its cores (probing them at once would measure each other)

@@ -29,8 +29,10 @@ def add_search_parser(sub) -> None:
 
 def _search(args: argparse.Namespace) -> int:
     from ..run import prepare_run, run_search
+    from .flags import as_flags
 
-    config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
+    with as_flags(resume="--resume", out="--out"):
+        config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
     rows = run_search(config, run_dir, progress=not args.no_progress)
     metric = next(m for m in ("top1", "psnr") if m in rows[0])
     front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
@@ -108,8 +110,10 @@ def add_export_parser(sub) -> None:
 def _export(args: argparse.Namespace) -> int:
     from ..export.models import export_arch
     from ..rundir import RunDir
+    from .flags import as_flags
 
-    print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
+    with as_flags(arch_id="--arch", fmt="--format", out="--output", precision="--precision", max_drop="--max-drop"):
+        print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
     return 0
 
 

@@ -59,10 +59,12 @@ def _run_arch(run_dir: str, arch_id: str):
     from nas.config import load_config
     from nas.export.models import run_arch
     from nas.rundir import RunDir
+    from nas.cli.flags import as_flags
     from nas.context import build_task_and_space
 
     run = RunDir(run_dir)
-    arch = run_arch(run, arch_id)["arch"]
+    with as_flags(arch_id="--arch"):
+        arch = run_arch(run, arch_id)["arch"]
     config = load_config(run.config)
     task, space = build_task_and_space(config)
     return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config.cost
