@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import CONFIGS, SMOKE, VPUNN_VECTORS
+from conftest import CONFIGS, SMOKE, TRAIN_ON_256, VPUNN_VECTORS
 from nas.cli import main
 from nas.rundir import RunDir
 
@@ -25,7 +25,7 @@ TABLE = CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"
 SR_SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")
 RESNET_SMOKE = str(CONFIGS / "fmnist_resnet_smoke.yaml")
 #: a smoke search cut to a few steps, for cases that fail only once training runs
-TINY = ["task.train_size=256", "task.batch_size=32", "train.epochs=1"]
+TINY = [*TRAIN_ON_256, "train.epochs=1"]
 
 
 @dataclass

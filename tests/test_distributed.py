@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import REPO, SMOKE
+from conftest import (EVOLVE_TWO_GENERATIONS, NO_BASELINES, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE,
+                      TRAIN_ON_256)
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.distributed import Distributed
@@ -31,9 +32,8 @@ from search_spaces.elastic import ElasticBatchNorm2d
 #: summation order grow to percents of the weights within 8 steps (as they do between 1 and 2 threads of one
 #: process), and near-chance top-1 (13-30 % after 16 steps) moved by up to 4.5 points between 1 and 2 processes
 TRAIN_TOP1_TOLERANCE = 6.0
-SMALL = ["task.train_size=256", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",
-         "search.evolution.population=4", "search.evolution.generations=2", "search.finalize.archs=0",
-         "baselines=[]", "threads=1", "adapt_threads=false"]
+SMALL = [*TRAIN_ON_256, *SCORE_ON_200, *EVOLVE_TWO_GENERATIONS, *NO_FINALIZATION, *NO_BASELINES, "threads=1",
+         "adapt_threads=false"]
 
 
 class _Tiny(nn.Module):

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import REPO, SMOKE
+from conftest import EVOLVE_ONE_GENERATION, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV, BaselineCache, cache_dir
 from nas.baselines import BASELINE_TYPES
 from nas.cli import main
@@ -28,9 +28,8 @@ from nas.rundir import RunDir, read_csv
 from nas.context import build_context
 
 #: a smoke search cut to a sliver: a few supernet steps, one generation, no finalisation, VPUNN latencies
-TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",
-        "train.epochs=0.5", "search.evolution.population=4", "search.evolution.generations=1",
-        "search.finalize.archs=0", "cost.model=vpunn:VPU_2_7"]
+TINY = [*TRAIN_ON_512, *SCORE_ON_200, "train.epochs=0.5", *EVOLVE_ONE_GENERATION, *NO_FINALIZATION,
+        "cost.model=vpunn:VPU_2_7"]
 MNV2 = {"name": "mnv2", "type": "reference", "network": "mobilenet_v2", "width": 0.35, "train_steps": 6}
 REFERENCES = "baselines=" + json.dumps([MNV2])
 

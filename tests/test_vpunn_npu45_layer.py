@@ -15,8 +15,7 @@ from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.sanitizer import check, layer_fixups, sanitize
 from hw_cost.vpunn.tables import STRATEGY_NAMES
 from hw_cost.vpunn.workload import F, workloads_to_matrix
-from conftest import VPUNN_VECTORS
-from test_vpunn_layer import _layer, _num_list
+from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
 
 #: device -> (DPU model, DMA model), the pairing of the reference vectors (notes §1)
 MODELS = {"VPU_4_0": ("vpu_4_0.vpunn", "dma_4_0.vpunn"), "NPU_5_0": ("vpu_5_1.vpunn", "dmann_5_0.vpunn")}
@@ -44,7 +43,8 @@ def dma_models() -> dict[str, DmaModel]:
 
 
 def _requests(rows, **flags):
-    return [LayerRequest(_layer(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]), **flags)
+    return [LayerRequest(vpunn_layer_of_row(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]),
+                         **flags)
             for r in rows]
 
 
@@ -86,7 +86,7 @@ def test_layer_cycles_errors_and_details(rows, dpu_models, device):
             continue
         tiles = res.tiles
         assert len(tiles) == int(float(r["n_tiles_computed"])), where
-        assert ";".join(str(t.n_workloads) for t in tiles) == _num_list(r["tile_n_workloads"]), where
+        assert ";".join(str(t.n_workloads) for t in tiles) == int_list(r["tile_n_workloads"]), where
         assert ";".join(t.mode.name for t in tiles) == r["tile_exec_modes"], where
         assert ";".join("x".join(map(str, t.out_shape)) for t in tiles) == r["tile_out_shapes"], where
         assert ";".join("x".join(map(str, s)) for s in tiles[0].workload_shapes) == r["wl_shapes_tile0"], where
