@@ -1,4 +1,4 @@
-"""The layer model on VPU 4.0 and NPU 5.0 against every row of npu45_layer.csv (notes §9): errors, per-tile
+"""The layer model on VPU 4.0 and NPU 5.0 against every row of npu45_layer.csv (docs/vpunn.md §8): errors, per-tile
 details, cycles and the four DMA variants, for the seven strategies of these devices and AUTO_MIN."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hw_cost.vpunn.tables import STRATEGY_NAMES
 from hw_cost.vpunn.workload import F, workloads_to_matrix
 from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
 
-#: device -> (DPU model, DMA model), the pairing of the reference vectors (notes §1)
+#: device -> (DPU model, DMA model), the pairing of the reference vectors (docs/vpunn.md §1.3)
 MODELS = {"VPU_4_0": ("vpu_4_0.vpunn", "dma_4_0.vpunn"), "NPU_5_0": ("vpu_5_1.vpunn", "dmann_5_0.vpunn")}
 DMA_COLUMNS = {"cycles_wdma_theo": (dict(prefetching=False), False),
                "cycles_ddr_theo": (dict(prefetching=False, input_in_ddr=True, output_in_ddr=True), False),
@@ -58,7 +58,7 @@ def _nn_evaluations(rows: list[dict]) -> dict[str, int]:
 
 
 def _close(got: int, ref: int, n_eval: int) -> bool:
-    """Notes §12: a plain float32 matmul moves a ceil by one on 0.1-0.4 % of the workloads, and a tile sums
+    """docs/vpunn.md §10: a plain float32 matmul moves a ceil by one on 0.1-0.4 % of the workloads, and a tile sums
     its workloads."""
     return abs(got - ref) <= max(n_eval, 1e-5 * ref)
 
