@@ -1,5 +1,6 @@
 """Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there), one torch thread, the
-allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels held to AVX2."""
+allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels held to AVX2. And what several test
+files share: the overrides that shrink a smoke run, small spaces, the strategies' toy problem, the smoke run."""
 from __future__ import annotations
 
 import functools

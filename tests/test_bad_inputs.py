@@ -254,6 +254,21 @@ def test_a_mistake_is_one_line_exit_2_and_nothing_lost(case, tmp_path, capsys, r
         assert not out.exists()  # nothing half-written
 
 
+def test_library_errors_name_parameters_which_the_cli_shows_as_flags(tmp_path):
+    """The export library names its own parameters; `vpunas export` says the same with its flags (CASES)."""
+    from nas.cli.flags import as_flags
+    from nas.errors import ConfigError, ParameterError
+    from nas.export.models import export_arch
+
+    with pytest.raises(ParameterError, match=r"^`precision` int8 needs `fmt` openvino"):
+        export_arch(RunDir(tmp_path), "0", "onnx", precision="int8")
+    with pytest.raises(ConfigError, match=r"^--precision int8 needs --format openvino"):
+        with as_flags(fmt="--format", precision="--precision"):
+            export_arch(RunDir(tmp_path), "0", "onnx", precision="int8")
+    with pytest.raises(ParameterError, match=r"^`max_drop` -1: must be >= 0"):
+        export_arch(RunDir(tmp_path), "0", "openvino", precision="int8", max_drop=-1)
+
+
 def test_a_diverging_run_keeps_its_last_good_checkpoint(tmp_path, capsys):
     """The checkpoint left behind is the last finite state, and the message names the step that diverged."""
     import torch
