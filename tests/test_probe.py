@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import REPO, SMOKE
 from nas.cli import main
@@ -110,7 +111,7 @@ def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     from nas.training.supernet_training import load_trained_supernet
 
     run = probed_run
-    ctx = build_context(load_config(run.config, ["probe.archs=2"]), run, progress=False)
+    ctx = build_context(load_config(run.config, ["probe.archs=2"]), run, torch.device("cpu"), progress=False)
     supernet = load_trained_supernet(ctx.space, run.supernet_checkpoint, ctx.config.train)
     evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model)
     assert score_probe(ctx, evaluator, train=False) is None and not run.probe.exists()
