@@ -328,7 +328,7 @@ def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> 
         raise FileNotFoundError(f"{run_dir.path} holds no run (no config.yaml)")
     wrong = [o for o in overrides if not o.startswith(("probe.", "device="))]
     if wrong:
-        raise ConfigError(f"{wrong[0]}: vpunas probe changes the probe set only (probe.archs=N, probe.epochs=E) and "
+        raise ConfigError(f"{wrong[0]}: vpunas probe changes only the probe set (probe.archs=N, probe.epochs=E) and "
                           "where it trains (device=cpu)")
     config = load_config(run_dir.config, list(overrides))
     if config.probe.archs == 0:
