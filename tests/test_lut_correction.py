@@ -161,7 +161,7 @@ def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path, capsy
     assert record["applied"] and record["measured_elsewhere"]["host"] == "another-machine"
     config = load_config(out / "config.yaml")
     space = build_task_and_space(config)[1]
-    model = LutCostModel.from_file(config.cost.model[4:])
+    model = LutCostModel.from_file(config.cost.spec.argument)
     load_run_correction(model, RunDir(out))
     rows = read_csv(RunDir(out).candidates)
     assert rows

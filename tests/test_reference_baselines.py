@@ -150,7 +150,8 @@ def test_report_and_paper_table_name_the_references(runs, capsys):
 def test_a_damaged_cache_entry_is_trained_again(runs, tmp_path, monkeypatch, caplog):
     first, _, cache = runs
     monkeypatch.setenv(CACHE_ENV, str(cache))
-    ctx = build_context(load_config(SMOKE, [*TINY, REFERENCES]), RunDir(tmp_path / "run"), progress=False)
+    ctx = build_context(load_config(SMOKE, [*TINY, REFERENCES]), RunDir(tmp_path / "run"), torch.device("cpu"),
+                        progress=False)
     key_path = next(p for p in cache.glob("mobilenet_v2-*.pt"))
     key_path.write_bytes(key_path.read_bytes()[:2000])
     with caplog.at_level(logging.INFO):
@@ -172,7 +173,7 @@ def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
     return build_context(load_config(SMOKE, [*TINY, "baselines=[]"]), RunDir(tmp_path_factory.mktemp("ctx")),
-                         progress=False)
+                         torch.device("cpu"), progress=False)
 
 
 @pytest.mark.parametrize("spec, message", [

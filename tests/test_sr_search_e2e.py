@@ -111,7 +111,7 @@ def test_standalone_training_resumes_bit_exactly(tmp_path):
 
 
 def test_baseline_config_errors_name_the_baseline(tmp_path):
-    ctx = build_context(load_config(SMOKE), RunDir(tmp_path), progress=False)
+    ctx = build_context(load_config(SMOKE), RunDir(tmp_path), torch.device("cpu"), progress=False)
     standalone, bicubic = BASELINE_TYPES["standalone"][0], BASELINE_TYPES["bicubic"][0]  # their checks
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*keys"):
         standalone(ctx, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})

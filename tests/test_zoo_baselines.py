@@ -201,7 +201,7 @@ def test_the_report_compares_the_zoo_per_npu_generation(zoo_runs):
 
 def test_zoo_check_needs_a_task_it_fits(tmp_path):
     ctx = build_context(load_config(CONFIGS / "sr_edsr_x2_smoke.yaml", ["baselines=[]"]), RunDir(tmp_path / "r"),
-                        progress=False)
+                        torch.device("cpu"), progress=False)
     check = BASELINE_TYPES["zoo"][0]
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.model: unknown super-resolution network 'resnet18'"):
         check(ctx, {"name": "z", "type": "zoo", "model": "resnet18"})

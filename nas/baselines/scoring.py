@@ -50,11 +50,12 @@ import timm
 import torch
 import torch.nn as nn
 
-from hw_cost import Block, CostModelError, load_cost_model
+from hw_cost import Block, CostModelError
 from search_spaces import ArchError, Supernet, arch_key
 from tasks.data import to_device
 
 from ..config import NPU_GENERATIONS, ConfigError
+from ..context import npu_generation_model
 from ..rundir import write_csv
 from ..runtime import check_finite
 from ..training.captured_step import CapturedTrainStep, capture_refusal
@@ -434,15 +435,13 @@ def check_baselines(ctx) -> None:
 
 def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
     """blocks -> {"<device>_ms": VPUNN latency} for every `NPU_GENERATIONS` device, at the run's precision."""
-    cost = ctx.config.cost
-    options = {"dtype": cost.dtype, **({"model_dir": cost.model_dir} if cost.model_dir else {})}
     models = {}
 
     def latencies(blocks: list[Block]) -> dict:
         out = {}
         for device in NPU_GENERATIONS:
             if device not in models:
-                models[device] = load_cost_model(f"vpunn:{device}", **options)
+                models[device] = npu_generation_model(ctx.config.cost, device)
             out[f"{device}_ms"] = round(float(models[device].latency_ms(blocks)), 6)
         return out
 

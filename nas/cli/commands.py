@@ -32,8 +32,8 @@ def _search(args: argparse.Namespace) -> int:
     from .flags import as_flags
 
     with as_flags(resume="--resume", out="--out"):
-        config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
-    rows = run_search(config, run_dir, progress=not args.no_progress)
+        config, run_dir, device = prepare_run(args.config, args.overrides, args.out, args.resume)
+    rows = run_search(config, run_dir, device, progress=not args.no_progress)
     metric = next(m for m in ("top1", "psnr") if m in rows[0])
     front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
     final = sorted((r for r in rows if r[f"final_{metric}"] != ""), key=lambda r: r["latency_ms"])
@@ -124,7 +124,8 @@ def add_probe_parser(sub) -> None:
                                    "(nas.ranking.probe), score it with the run's inherited weights, write "
                                    "RUN_DIR/probe.csv and print Kendall tau and Spearman with 95%% bootstrap "
                                    "intervals. key=value arguments change the probe set (probe.archs=N, "
-                                   "probe.epochs=E).")
+                                   "probe.epochs=E) and where it trains (device=cpu: a GPU run probed on a "
+                                   "machine without one).")
     p.add_argument("run_dir")
     p.add_argument("overrides", nargs="*", metavar="probe.key=value", help="probe set overrides")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -247,9 +248,10 @@ def _lut_validate(args: argparse.Namespace) -> int:
                             meta["num_outputs"])
     else:
         config = load_config(args.source)
-        if not config.cost.model.startswith("lut:"):
-            raise ConfigError(f"{args.source}: cost.model is {config.cost.model}, not a latency table (lut:)")
-        table_path = config.cost.model[4:]
+        spec = config.cost.spec
+        if spec.kind != "lut":
+            raise ConfigError(f"{args.source}: cost.model is {spec}, not a latency table (lut:)")
+        table_path = spec.argument
         table = LatencyTable.load(table_path)
         _, space = build_task_and_space(config)
     out = Path(args.output or Path("runs") / f"lut_validate_{Path(table_path).stem}")

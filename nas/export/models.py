@@ -109,7 +109,7 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
     if max_drop is not None and max_drop < 0:
         raise ParameterError(f"`max_drop` {max_drop:g}: must be >= 0")
     row = run_arch(run_dir, arch_id)
-    ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
+    ctx = build_context(load_config(run_dir.config), run_dir, torch.device("cpu"), progress=False)  # trains nothing
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
     model, finalised = deployable_model(ctx, row, supernet)
     suffix = "_int8" if precision == "int8" else ""

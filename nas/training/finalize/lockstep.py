@@ -263,5 +263,5 @@ def lockstep_trainer(ctx, records: Sequence[dict], evaluator: ArchEvaluator, che
     if teacher is not None:
         teacher.requires_grad_(False)
     return LockstepTrainer(nets, teacher, ctx.task, ctx.config.train, config, ctx.config.seed, checkpoint,
-                           [arch_key(r["arch"]) for r in records], device=evaluator.device, epochs=epochs,
+                           [arch_key(r["arch"]) for r in records], device=ctx.device, epochs=epochs,
                            stop_epochs=stop_epochs)
