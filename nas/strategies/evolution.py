@@ -16,7 +16,7 @@ own to resume: the run replays it from the start with every finished evaluation 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
@@ -49,6 +49,8 @@ class EvolutionConfig(FrontSettings):
     crossover_prob: float = 0.9
     crossover_eta: float = 3.0
     mutation_eta: float = 3.0
+    latency_limit_ms: Optional[float] = None
+    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()
@@ -63,7 +65,8 @@ class EvolutionConfig(FrontSettings):
 class Nsga2Loop:
     """NSGA-II as an ask/tell loop around an `evaluate(arch) -> record` function.
 
-    A record holds the metric under `metric` (higher is better) and `latency_ms`.
+    A record holds the metric under `metric` (higher is better) and `latency_ms`. `random` is the run's random
+    streams: the initial archs and pymoo's seed come from it.
     """
 
     def __init__(self, space: SearchSpace, config: EvolutionConfig, metric: str, random: RunRandom):
