@@ -356,7 +356,7 @@ class EdsrSupernet(Supernet):
         return net.train(self.training)
 
 
-# ------------------------------------------------------------------------------------------ the space
+# ------------------------------------------------------------------------------------------ the supernet under gates
 class RelaxedEdsr(RelaxedSupernet):
     """The EDSR-style space under gates: width masks, superkernels, block-count mixing.
 
@@ -369,7 +369,7 @@ class RelaxedEdsr(RelaxedSupernet):
     upsampler + tail, ESPCN's sub-pixel conv) are mixed by theirs, each body's output (residual, plain) is mixed over
     the searched block counts and the bodies by the block-type gate. One-hot gates compute exactly the sliced subnet.
 
-    Differentiable search runs the supernet so (`search_spaces.relaxed`).
+    The interface differentiable search runs it through: `search_spaces.relaxed.RelaxedSupernet`.
     """
 
     def __init__(self, space: EdsrSpace, supernet):
@@ -439,10 +439,12 @@ class RelaxedEdsr(RelaxedSupernet):
         return terms
 
 
+# ------------------------------------------------------------------------------------------ the space
 @register_space("edsr", EdsrSpaceConfig)
 class EdsrSpace(SearchSpace):
-    relaxed_class = RelaxedEdsr
     """EDSR-style space (see the module docstring). Config: `EdsrSpaceConfig`."""
+
+    relaxed_class = RelaxedEdsr
 
     def __init__(self, config: EdsrSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)

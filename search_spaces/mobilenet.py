@@ -283,7 +283,7 @@ class MobileNetSupernet(Supernet):
         return net.train(self.training)
 
 
-# ------------------------------------------------------------------------------------------ the space
+# ------------------------------------------------------------------------------------------ the supernet under gates
 class RelaxedMobileNet(RelaxedSupernet):
     """The MobileNet-style space under gates: single-path superkernels and depth mixing.
 
@@ -303,7 +303,7 @@ class RelaxedMobileNet(RelaxedSupernet):
     Per stage the output is the gate-weighted sum of the outputs after each searched depth (FBNetV2), so a step
     costs one forward of the largest arch and every gate gets a gradient from the task loss.
 
-    Differentiable search runs the supernet so (`search_spaces.relaxed`).
+    The interface differentiable search runs it through: `search_spaces.relaxed.RelaxedSupernet`.
     """
 
     def __init__(self, space: MobileNetSpace, supernet):
@@ -377,10 +377,12 @@ class RelaxedMobileNet(RelaxedSupernet):
         return terms
 
 
+# ------------------------------------------------------------------------------------------ the space
 @register_space("mobilenet", MobileNetSpaceConfig)
 class MobileNetSpace(SearchSpace):
-    relaxed_class = RelaxedMobileNet
     """MobileNet-style space (see the module docstring). Config: `MobileNetSpaceConfig`."""
+
+    relaxed_class = RelaxedMobileNet
 
     def __init__(self, config: MobileNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)

@@ -234,7 +234,7 @@ class ResNetSupernet(Supernet):
         return net.train(self.training)
 
 
-# ------------------------------------------------------------------------------------------ the space
+# ------------------------------------------------------------------------------------------ the supernet under gates
 class RelaxedResNet(RelaxedSupernet):
     """The ResNet-style space under gates: channel masks for width and expansion, depth mixing.
 
@@ -245,7 +245,7 @@ class RelaxedResNet(RelaxedSupernet):
     product of their gates times the prefix mask of that middle width. With one-hot gates the masked net computes
     exactly the sliced subnet. Per stage the output is mixed over the searched depths.
 
-    Differentiable search runs the supernet so (`search_spaces.relaxed`).
+    The interface differentiable search runs it through: `search_spaces.relaxed.RelaxedSupernet`.
     """
 
     def __init__(self, space: ResNetSpace, supernet):
@@ -295,10 +295,12 @@ class RelaxedResNet(RelaxedSupernet):
         return terms
 
 
+# ------------------------------------------------------------------------------------------ the space
 @register_space("resnet", ResNetSpaceConfig)
 class ResNetSpace(SearchSpace):
-    relaxed_class = RelaxedResNet
     """ResNet-style space (see the module docstring). Config: `ResNetSpaceConfig`."""
+
+    relaxed_class = RelaxedResNet
 
     def __init__(self, config: ResNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
