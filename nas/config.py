@@ -21,7 +21,7 @@ from tasks import TASKS
 
 from .errors import ConfigError
 from .rundir import RunDir, load_checkpoint
-from .strategies.base import STRATEGIES, SearchConfig
+from .strategies import STRATEGIES, SearchConfig
 from .training.finalize import FinalizeConfig
 from .training.supernet_training import TrainConfig
 

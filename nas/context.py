@@ -18,6 +18,7 @@ from tasks import build_task
 from .config import ConfigError, CostConfig, RunConfig
 from .distributed import Distributed, current
 from .latency.lut_validation import load_run_correction
+from .randomness import RunRandom
 from .rundir import RunDir
 
 __all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device", "run_cost_model",
@@ -37,6 +38,11 @@ class SearchContext:
     progress: bool = True
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     dist: Distributed = field(default_factory=Distributed)
+
+    @property
+    def random(self) -> RunRandom:
+        """The run's random streams, derived from its seed (`nas.randomness`)."""
+        return RunRandom(self.config.seed)
 
 
 def resolve_device(requested: str, local_rank: int = 0) -> torch.device:

@@ -36,7 +36,7 @@ from .ranking.probe import score_probe
 from .reporting.build import build_report
 from .reporting.report import candidate_columns, candidate_rows, read_stage_times
 from .rundir import RunDir, atomic_write_text, write_csv
-from .strategies.base import STRATEGIES, SearchStrategy
+from .strategies import STRATEGIES, SearchStrategy
 from .training.evaluation import ArchEvaluator, CachedEvaluator
 from .training.finalize import finalize
 from .training.supernet_training import load_trained_supernet

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_dnas.py --run DNAS_RUN_DIR [--against RUN_DIR ...]
 
 Step time (the first form):
-A search step is a weight step plus an architecture step (`DifferentiableSearch.weight_step` + `arch_step`,
+A search step is a weight step plus an architecture step (`DifferentiableTrainer.weight_step` + `arch_step`,
 each one forward + backward of the relaxed supernet); a plain step is `SupernetTrainer.train_step` with the
 sandwich rule (largest, smallest and `train.sandwich_random` random archs). Both run on the same batch of the
 config's training data, alternating so that load on a shared machine hits both alike. Prints the median CPU
@@ -35,7 +35,8 @@ from nas.latency.lut_validation import measure_here, measured_latencies
 from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
-from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableSearch
+from nas.randomness import RunRandom
+from nas.strategies.differentiable import RELAXATIONS, DifferentiableConfig, DifferentiableTrainer
 from nas.training.supernet_training import SupernetTrainer, in_layout
 
 
@@ -132,11 +133,11 @@ def main() -> None:
     print(f"{'relaxation':<11} {'search step ms':>15} {'plain step ms':>14} {'ratio':>7}")
     for relaxation in RELAXATIONS:
         search_config = DifferentiableConfig(relaxation=relaxation, warmup_epochs=0)
-        dnas = DifferentiableSearch(space, task, cost_model, config.train, search_config, config.seed)
+        dnas = DifferentiableTrainer(space, task, cost_model, config.train, search_config, RunRandom(config.seed))
 
         def search_step(step: int) -> None:
-            dnas.weight_step(x, y, dnas.sample_gates(step, 0))
-            dnas.arch_step(x, y, dnas.sample_gates(step, 1))
+            dnas.weight_step(x, y, dnas.sample_gates(step, "weight"))
+            dnas.arch_step(x, y, dnas.sample_gates(step, "arch"))
 
         for step in range(2):  # warm-up
             search_step(step)

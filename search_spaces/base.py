@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch.nn as nn
@@ -65,6 +65,9 @@ class SearchSpace(ABC):
     """
 
     family: str = ""
+    #: the family's supernet under gates, for differentiable search: a `search_spaces.relaxed.RelaxedSupernet`
+    #: subclass built from (space, supernet); None: the family has none
+    relaxed_class: Optional[type] = None
 
     def __init__(self, input_shape: tuple[int, int, int], num_outputs: int):
         self.input_shape, self.num_outputs = tuple(input_shape), num_outputs

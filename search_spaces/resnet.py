@@ -30,8 +30,9 @@ from hw_cost import Block
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
+from .relaxed import CostTerm, RelaxedSupernet, prefix_masks
 
-__all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "ResidualBlock", "BLOCK_TYPES"]
+__all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "RelaxedResNet", "ResidualBlock", "BLOCK_TYPES"]
 
 #: per block type, its body convs as (kernel size, carries the block's stride); every conv but the last
 #: outputs the block's middle width, the last its output width
@@ -233,10 +234,73 @@ class ResNetSupernet(Supernet):
         return net.train(self.training)
 
 
+# ------------------------------------------------------------------------------------------ the supernet under gates
+class RelaxedResNet(RelaxedSupernet):
+    """The ResNet-style space under gates: channel masks for width and expansion, depth mixing.
+
+    FBNetV2 channel search (Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565): every conv runs at its largest
+    width and its output (after batch norm and activation) is multiplied by a gate-weighted mask. A stage's output
+    mask is the sum over width multipliers of gate x prefix mask; a block's middle mask depends on the stage width
+    AND the block's expansion (OFA: mid = make_divisible(width * ratio)), so it is the sum over both choices of the
+    product of their gates times the prefix mask of that middle width. With one-hot gates the masked net computes
+    exactly the sliced subnet. Per stage the output is mixed over the searched depths.
+
+    The interface differentiable search runs it through: `search_spaces.relaxed.RelaxedSupernet`.
+    """
+
+    def __init__(self, space: ResNetSpace, supernet):
+        super().__init__(space, supernet)
+        self.depths = self.stage_depths()
+        for s, blocks in enumerate(supernet.stages):
+            widths = space.stage_widths(s)
+            self.register_buffer(f"out_mask_{s}", prefix_masks(widths, max(widths)), persistent=False)
+            max_mid = space.max_mid_width(s)
+            mids = prefix_masks([space.mid_width(w, r) for w in widths for r in space.ratios], max_mid)
+            self.register_buffer(f"mid_mask_{s}", mids.view(len(widths), len(space.ratios), max_mid),
+                                 persistent=False)
+
+    def _block(self, block, x: torch.Tensor, mid_mask: torch.Tensor, out_mask: torch.Tensor) -> torch.Tensor:
+        h = x
+        masks = [mid_mask] * (len(block.convs) - 1) + [out_mask]
+        for conv, bn, act, mask in zip(block.convs, block.bns, block.acts, masks):
+            h = act(bn(conv(h))) * mask
+        shortcut = block.shortcut_bn(block.shortcut_conv(x)) * out_mask if block.projection else x
+        return block.act(h + shortcut)
+
+    def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
+        net = self.supernet
+        x = net.stem(x)
+        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
+            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+            out_mask = (width_gate @ getattr(self, f"out_mask_{s}")).view(1, -1, 1, 1)
+            for b, block in enumerate(blocks):
+                mid_mask = torch.einsum("w,r,wrc->c", width_gate, gates[f"s{s}.b{b}.expand"],
+                                        getattr(self, f"mid_mask_{s}")).view(1, -1, 1, 1)
+                x = self._block(block, x, mid_mask, out_mask)
+                if b + 1 in depths:
+                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
+            x = mixed
+        return net.head(x)
+
+    def cost_terms(self) -> list[CostTerm]:
+        largest = self.space.blocks(self.space.largest())
+        last = len(self.supernet.stages) - 1
+        terms = [CostTerm((), lambda values: largest[:1]), self.block_term(-1, (f"s{last}.width",))]
+        position = 1
+        for s, blocks in enumerate(self.supernet.stages):
+            for b in range(len(blocks)):
+                widths = (f"s{s}.width",) + ((f"s{s - 1}.width",) if b == 0 and s > 0 else ())
+                terms.append(self.block_term(position, widths + (f"s{s}.b{b}.expand",), depth=(f"s{s}.depth", b)))
+                position += 1
+        return terms
+
+
 # ------------------------------------------------------------------------------------------ the space
 @register_space("resnet", ResNetSpaceConfig)
 class ResNetSpace(SearchSpace):
     """ResNet-style space (see the module docstring). Config: `ResNetSpaceConfig`."""
+
+    relaxed_class = RelaxedResNet
 
     def __init__(self, config: ResNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)

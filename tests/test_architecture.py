@@ -2,7 +2,7 @@
 process of its own: it reconfigures logging): between the packages, `nas` -> `search_spaces` -> `hw_cost` | `tasks`;
 inside `nas`, between its rooms, from `cli` down to the core; inside `hw_cost`, from the cost models down to the
 layer descriptors; inside the packages with layers of their own (`hw_cost.vpunn`, `nas.training`, finalisation,
-reporting)."""
+reporting, the strategies)."""
 import subprocess
 import sys
 import tomllib

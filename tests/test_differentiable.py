@@ -14,11 +14,11 @@ from conftest import CONFIGS, REPO, SCORE_ON_200, TRAIN_ON_512
 from hw_cost import load_cost_model
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.strategies.differentiable import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, DifferentiableSearch,
-                                           ExpectedLatency, build_relaxed, latency_loss)
+from nas.randomness import RunRandom
+from nas.strategies.differentiable import (RELAXATIONS, ArchParameters, DifferentiableStrategy, DifferentiableTrainer,
+                                           ExpectedLatency, build_relaxed, latency_loss, relaxed_families)
 from nas.rundir import RunDir, read_csv
 from nas.context import SearchContext, build_task_and_space
-from nas.strategies import DifferentiableSearchStrategy
 from search_spaces import build_space
 
 SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
@@ -87,8 +87,8 @@ def test_every_family_has_a_relaxation_or_is_refused_in_one_line():
     from nas.errors import ConfigError
     from search_spaces import SPACES
 
-    assert set(SPACES) - UNRELAXED <= set(FAMILIES) and set(FAMILIES) <= set(RELAXED_FAMILIES)
-    assert not UNRELAXED & set(RELAXED_FAMILIES)  # a family that gains one moves into FAMILIES and its tests
+    assert set(SPACES) - UNRELAXED <= set(FAMILIES) and set(FAMILIES) <= set(relaxed_families())
+    assert not UNRELAXED & set(relaxed_families())  # a family that gains one moves into FAMILIES and its tests
     hybrid = build_space(load_config(CONFIGS / "fmnist_npu_smoke.yaml").space, input_shape=(1, 28, 28),
                          num_outputs=10)
     with pytest.raises(ConfigError, match="no relaxation for space 'hybrid'"):
@@ -224,7 +224,8 @@ def derived_latency(tiny_run, **search_keys) -> float:
     """Latency of the arch derived after three search epochs of the tiny smoke run."""
     task, space, cost_model = tiny_run
     config = dnas_config(*TINY, "train.epochs=3", arch_lr=0.1, arch_tau_end=0.1, **search_keys)
-    search = DifferentiableSearch(space, task, cost_model, config.train, config.search.settings(), config.seed)
+    search = DifferentiableTrainer(space, task, cost_model, config.train, config.search.settings(),
+                                   RunRandom(config.seed))
     search.run(progress=False)
     assert [e["epoch"] for e in search.trajectory] == [1, 2, 3]
     return cost_model.latency_ms(space.blocks(search.derived))
@@ -259,7 +260,8 @@ def test_interrupted_search_resumes_bit_for_bit(tmp_path, relaxation):
     cost_model = load_cost_model(config.cost.model)
 
     def search(path, stop_at=None):
-        s = DifferentiableSearch(space, task, cost_model, config.train, config.search.settings(), config.seed, path)
+        s = DifferentiableTrainer(space, task, cost_model, config.train, config.search.settings(),
+                                  RunRandom(config.seed), path)
 
         def stop(step):
             if step == stop_at:
@@ -345,22 +347,22 @@ def test_differentiable_run_end_to_end(tmp_path, smoke_run, caplog):
 
 
 def test_the_strategy_state_is_the_search_state(tiny_run, tmp_path):
-    """`DifferentiableSearchStrategy.state_dict` / `load_state_dict` are its `DifferentiableSearch`'s."""
+    """`DifferentiableStrategy.state_dict` / `load_state_dict` are its `DifferentiableTrainer`'s."""
     task, space, cost_model = tiny_run
     config = dnas_config(*TINY)
 
-    def strategy(folder: str) -> DifferentiableSearchStrategy:
-        return DifferentiableSearchStrategy(SearchContext(config, RunDir(tmp_path / folder), task, space, cost_model,
-                                                          progress=False))
+    def strategy(folder: str) -> DifferentiableStrategy:
+        return DifferentiableStrategy(SearchContext(config, RunDir(tmp_path / folder), task, space, cost_model,
+                                                    progress=False))
 
     first = strategy("a")
     with torch.no_grad():
-        for p in first.search.arch.parameters():
+        for p in first.trainer.arch.parameters():
             p.add_(torch.randn_like(p))
     state = first.state_dict()
-    assert set(state) == set(first.search.state_dict()) and state["global_step"] == 0
+    assert set(state) == set(first.trainer.state_dict()) and state["global_step"] == 0
     second = strategy("b")
     second.load_state_dict(dict(state, global_step=7))
-    assert second.search.global_step == 7
-    for name, logits in first.search.arch.state_dict().items():
-        assert torch.equal(logits, second.search.arch.state_dict()[name]), name
+    assert second.trainer.global_step == 7
+    for name, logits in first.trainer.arch.state_dict().items():
+        assert torch.equal(logits, second.trainer.arch.state_dict()[name]), name

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from nas.training.evaluation import CachedEvaluator
-from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
+from nas.randomness import RunRandom
+from nas.strategies.evolution import EvolutionConfig, Nsga2Loop
 from nas.rundir import EvaluationJournal
 from conftest import toy_problem, toy_record
 from search_spaces import arch_key
@@ -21,7 +22,7 @@ def run(seed, limit=None, generations=12, evaluate=None, extra=()):
 
     config = EvolutionConfig(population=16, generations=generations, latency_limit_ms=limit,
                              extra_objectives=list(extra))
-    EvolutionStrategy(SPACE, config, "score", seed).run(evaluate_and_log)
+    Nsga2Loop(SPACE, config, "score", RunRandom(seed)).run(evaluate_and_log)
     return seen
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import REPO, SEARCH_IN_SECONDS, SMOKE
 from nas.cli import main
+from nas.randomness import RunRandom
 from nas.strategies.random_search import RandomConfig, sample_archs
 from nas.rundir import RunDir
 from search_spaces import arch_key
@@ -29,22 +30,28 @@ def _macs(space):
     return lambda arch: float(complexity(space.blocks(arch))[1])
 
 
+def _stream(seed: int) -> np.random.Generator:
+    """The random strategy's stream of a run of `seed`."""
+    return RunRandom(seed).numpy("random.archs")
+
+
 def test_uniform_sampling_is_distinct_feasible_and_seeded(space):
     cost = _macs(space)
     limit = float(np.median([cost(space.sample(np.random.default_rng(i))) for i in range(40)]))
     config = RandomConfig(archs=12, latency_limit_ms=limit)
-    archs = sample_archs(space, config, cost, seed=3)
+    draw = lambda seed: sample_archs(space, config, cost, _stream(seed))  # noqa: E731
+    archs = draw(3)
     assert len(archs) == 12 and len({arch_key(a) for a in archs}) == 12
     assert all(cost(a) <= limit for a in archs)
-    assert archs == sample_archs(space, config, cost, seed=3) != sample_archs(space, config, cost, seed=4)
+    assert archs == draw(3) != draw(4)
 
 
 def test_latency_bins_cover_the_range_evenly(space):
     """Uniform draws pile up in the middle of the cost range; binned draws give its ends equal shares."""
     cost = _macs(space)
-    uniform = [cost(a) for a in sample_archs(space, RandomConfig(archs=60), cost, seed=0)]
+    uniform = [cost(a) for a in sample_archs(space, RandomConfig(archs=60), cost, _stream(0))]
     binned = [cost(a) for a in sample_archs(space, RandomConfig(archs=60, sampling="latency_bins", bins=4, pool=10),
-                                            cost, seed=0)]
+                                            cost, _stream(0))]
     low, high = np.quantile(uniform, [0.1, 0.9])
     ends = lambda costs: np.mean([(c < low) or (c > high) for c in costs])  # noqa: E731
     assert ends(binned) > 1.5 * ends(uniform)

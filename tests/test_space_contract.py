@@ -8,7 +8,7 @@ import torch
 
 from conftest import sampled_archs
 from hw_cost import extract_layers
-from search_spaces import ArchError, build_space, space_config_class
+from search_spaces import SPACES as REGISTERED, ArchError, build_space, space_config_class
 from search_spaces.common import StageConfig
 from search_spaces.edsr import EdsrSpaceConfig
 from search_spaces.hybrid import BLOCK_TYPES, HybridSpaceConfig, HybridStageConfig
@@ -67,6 +67,11 @@ SPACES = {
 def space(request):
     torch.manual_seed(0)
     return SPACES[request.param]()
+
+
+def test_every_registered_family_keeps_the_contract():
+    """The spaces checked here sweep the registry: a family registered without a small space here fails."""
+    assert {build().family for build in SPACES.values()} == set(REGISTERED)
 
 
 def _archs(space, n_random: int, seed: int = 3) -> list[dict]:

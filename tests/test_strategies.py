@@ -12,26 +12,46 @@ import yaml
 
 from conftest import SMOKE, toy_problem, toy_record
 from nas.config import ConfigError, config_to_yaml, load_config
-from nas.strategies.differentiable import DifferentiableConfig
 from nas.errors import RunDirError
-from nas.strategies.evolution import EvolutionConfig
+from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
+from nas.strategies.sandwich import FrontSettings
 from nas.rundir import RunDir
 from nas.context import SearchContext
-from nas.strategies import (STRATEGIES, DifferentiableSearchStrategy, EvolutionSearch, SearchConfig, SearchStrategy,
-                            register_strategy)
+from nas.strategies import STRATEGIES, SearchConfig, SearchStrategy, register_strategy
 
 
 # ------------------------------------------------------------------------------------------ the registry
-def test_the_registry_holds_both_strategies_with_their_settings():
-    assert STRATEGIES["evolution"] is EvolutionSearch and EvolutionSearch.config_class is EvolutionConfig
-    assert STRATEGIES["differentiable"] is DifferentiableSearchStrategy
-    assert DifferentiableSearchStrategy.config_class is DifferentiableConfig
-    assert all(issubclass(cls, SearchStrategy) and cls.name == name for name, cls in STRATEGIES.items())
-    # the differentiable search checkpoints its own state (supernet.pt); the evolution's goes to strategy.json
-    assert EvolutionSearch.persists_state and not DifferentiableSearchStrategy.persists_state
-    config = load_config(SMOKE, ["search.strategy=differentiable"])
-    assert config.search.settings() is config.search.strategies["differentiable"]
-    assert config.search.settings("evolution") is config.search.strategies["evolution"]
+def test_the_registry_holds_the_built_in_strategies():
+    assert list(STRATEGIES) == ["evolution", "random", "differentiable"]
+    # the differentiable search checkpoints its own state (supernet.pt); the others' goes to strategy.json
+    assert [name for name, cls in STRATEGIES.items() if cls.persists_state] == ["evolution", "random"]
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_strategy_lives_in_its_own_module_and_takes_its_settings_from_its_section(name):
+    cls = STRATEGIES[name]
+    assert issubclass(cls, SearchStrategy) and cls.name == name
+    assert cls.__name__.endswith("Strategy")  # one name per thing: its engine is named otherwise
+    modules = {other.__module__ for other in STRATEGIES.values()}
+    assert len(modules) == len(STRATEGIES) and cls.__module__.startswith("nas.strategies.")
+    config = load_config(SMOKE, [f"search.strategy={name}"])
+    assert config.search.strategy_class is cls and config.search.settings() is config.search.strategies[name]
+    assert isinstance(config.search.settings(), cls.config_class)
+    with pytest.raises(ConfigError, match=f"^search.{name}: unknown key 'colour'"):
+        load_config(SMOKE, [f"search.{name}.colour=1"])
+
+
+@pytest.mark.parametrize("name", [name for name, cls in STRATEGIES.items()
+                                  if issubclass(cls.config_class, FrontSettings)])
+@pytest.mark.parametrize("override, message", [
+    ("extra_objectives=[flops]", r"extra_objectives: \['flops'\] is not a list of distinct macs, params$"),
+    ("extra_objectives=[macs, macs]", "extra_objectives: .* is not a list of distinct"),
+    ("latency_limit_ms=0", r"latency_limit_ms: must be > 0 \(or null for no limit\)$")])
+def test_the_settings_of_every_strategy_over_a_supernet_are_checked_alike(name, override, message):
+    """A bad latency limit or extra objective fails when the config loads, in one line naming the key, whichever
+    strategy's section holds it (the random search's once passed and failed later)."""
+    with pytest.raises(ConfigError, match=f"^search.{name}.{message}"):
+        load_config(SMOKE, [f"search.{name}.{override}"])
 
 
 @dataclass
@@ -125,7 +145,7 @@ def test_register_strategy_refuses_what_it_cannot_run():
                        (NoSettings, TypeError)]:
         with pytest.raises(error, match="register_strategy"):
             register_strategy(cls)
-    assert register_strategy(EvolutionSearch) is EvolutionSearch  # registering the same class again is harmless
+    assert register_strategy(EvolutionStrategy) is EvolutionStrategy  # registering the same class again is harmless
     assert STRATEGIES == before
 
 
@@ -141,19 +161,19 @@ class _ToyEvaluator:
 
 @pytest.fixture
 def toy_evolution(monkeypatch):
-    """`make(run_dir, on_generation, generations)`: an `EvolutionSearch` of the toy problem of test_evolution,
+    """`make(run_dir, on_generation, generations)`: an `EvolutionStrategy` of the toy problem of test_evolution,
     journaled in `run_dir`."""
-    import nas.strategies.base
+    import nas.strategies.sandwich
 
-    monkeypatch.setattr(nas.strategies.base, "train_supernet", lambda ctx: SimpleNamespace(trained_model=None))
-    monkeypatch.setattr(nas.strategies.base, "ArchEvaluator", _ToyEvaluator)
+    monkeypatch.setattr(nas.strategies.sandwich, "train_supernet", lambda ctx: SimpleNamespace(trained_model=None))
+    monkeypatch.setattr(nas.strategies.sandwich, "ArchEvaluator", _ToyEvaluator)
 
-    def make(run_dir: RunDir, on_generation=None, generations: int = 4) -> EvolutionSearch:
+    def make(run_dir: RunDir, on_generation=None, generations: int = 4) -> EvolutionStrategy:
         config = SimpleNamespace(seed=0, train=SimpleNamespace(channels_last=False),
                                  search=SearchConfig(strategies={"evolution": EvolutionConfig(population=8, generations=generations)}))
         ctx = SearchContext(config, run_dir, SimpleNamespace(metric="score"), toy_problem()[0], None,
                             progress=False)
-        return EvolutionSearch(ctx, on_generation)
+        return EvolutionStrategy(ctx, on_generation)
 
     return make
 

@@ -19,6 +19,7 @@ from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace, arch_key
 
 from ..errors import RunDirError
+from ..randomness import RunRandom
 from ..rundir import EvaluationJournal, atomic_write_text
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
     The correction is fitted on the first `calibration_archs` of them, as a run does at its start; the figures
     after correction are those of the other archs (held out), so they say what a run can expect.
     """
-    archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+    archs = space.spread_sample(n_archs, RunRandom(seed).numpy("lut_correction.archs"))
     k = min(calibration_archs, len(archs) - 2)
     if k < 2:
         raise CostModelError(f"a table's validation needs at least 4 distinct archs (2 fit the correction, 2 check "
@@ -111,7 +112,7 @@ def correct_for_this_machine(space: SearchSpace, model: CostModel, mode: str, n_
                        "as measured, unchecked", model.name, device)
     else:
         foreign = model.table.foreign_fields(OpenVinoProfiler(model.table.settings()).metadata())
-        archs = space.spread_sample(n_archs, np.random.default_rng([seed, 23]))
+        archs = space.spread_sample(n_archs, RunRandom(seed).numpy("lut_correction.archs"))
         predicted, measured = _predicted(space, model, archs), measure_here(space, model.table, archs)
         before = agreement(predicted, measured)
         record.update(measured_elsewhere=foreign, before=before, measured_ms=np.round(measured, 4).tolist())

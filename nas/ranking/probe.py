@@ -31,6 +31,7 @@ from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
 from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
+from ..randomness import RunRandom
 from ..rundir import read_csv, write_csv
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
@@ -48,7 +49,7 @@ def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
     ends = [space.smallest(), space.largest()]
     keys = {arch_key(a) for a in ends}
     spread = sample_archs(space, RandomConfig(archs=max(2, count), sampling="latency_bins", bins=max(1, count - 2)),
-                          latency_ms, seed)
+                          latency_ms, RunRandom(seed).numpy("probe.archs"))
     archs = ends + [a for a in spread if arch_key(a) not in keys]
     return sorted(archs[:count], key=latency_ms)
 

@@ -1,12 +1,18 @@
 """The search strategies: how a run picks the archs it evaluates.
 
-`base.py` holds the registry (`STRATEGIES`, `register_strategy`, `SearchStrategy`, the `search` section's
-`SearchConfig`) and the built-in strategies; `evolution.py` (NSGA-II), `random_search.py` (uniform or
-latency-binned sampling) and `differentiable/` (a relaxed supernet trained by gradient) are their engines;
-`nni_compat.py` adapts NNI's one-shot strategies. The registry's names are re-exported here.
+`strategy.py` is the interface (`SearchStrategy`, `SearchOutcome`), `registry.py` the registry (`STRATEGIES`,
+`register_strategy`), `config.py` the config's `search` section (`SearchConfig`). Each strategy lives in a module of
+its own and registers itself there: `evolution` (NSGA-II, `evolution.py`) and `random` (uniform or latency-binned
+sampling, `random_search.py`) over a supernet trained by the sandwich rule (`sandwich.py`), `differentiable` (a
+relaxed supernet trained by gradient, `differentiable/`). This package imports them so that they register; a new
+strategy is a new module imported here. `nni_compat.py` adapts NNI's one-shot strategies.
 """
-from .base import (STRATEGIES, DifferentiableSearchStrategy, EvolutionSearch, RandomSearch, SearchConfig,
-                   SearchOutcome, SearchStrategy, register_strategy, train_supernet)
+# each registers its strategy; the order of registration is the order of their sections in a run's config.yaml
+from . import evolution  # noqa: F401
+from . import random_search  # noqa: F401
+from . import differentiable  # noqa: F401
+from .config import SearchConfig
+from .registry import STRATEGIES, register_strategy
+from .strategy import SearchOutcome, SearchStrategy
 
-__all__ = ["STRATEGIES", "SearchStrategy", "register_strategy", "EvolutionSearch", "RandomSearch",
-           "DifferentiableSearchStrategy", "SearchConfig", "SearchOutcome", "train_supernet"]
+__all__ = ["STRATEGIES", "SearchStrategy", "SearchOutcome", "register_strategy", "SearchConfig"]

@@ -6,11 +6,13 @@ for Neural Architecture Search", 2019; Yang et al., "NAS evaluation is frustrati
 uniform archs, splits its latency range into equal bins and takes archs from the bins in turn, so that fast and slow
 archs are as common as middle ones (uniform sampling of a MobileNet space piles up in the middle of the latency
 range, where a front has few points). Both keep only archs within the latency limit, as a constrained search's front
-does, and never draw an arch twice. Deterministic for a seed, so a resumed run draws the same archs.
+does, and never draw an arch twice. Deterministic for a random stream, so a resumed run draws the same archs.
+`sample_archs` draws them; `RandomStrategy` (registered as `random`) scores them on the run's trained supernet.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -18,21 +20,26 @@ import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
-__all__ = ["RandomConfig", "sample_archs", "SAMPLERS"]
+from .registry import register_strategy
+from .sandwich import FrontSettings, SandwichStrategy, trained_supernet_scoring
+from .strategy import SearchOutcome
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["RandomConfig", "RandomStrategy", "sample_archs", "SAMPLERS"]
 
 SAMPLERS = ("uniform", "latency_bins")
 
 
 @dataclass
-class RandomConfig:
+class RandomConfig(FrontSettings):
     """Args:
         archs: archs scored with inherited weights (the default evolution's budget: 20 x 8 = 160).
         sampling: "uniform" (from the space) or "latency_bins" (equal shares of the latency range).
         bins: latency bins of `latency_bins`.
         pool: uniform archs drawn per arch to fill the bins of `latency_bins`.
-        latency_limit_ms / extra_objectives: as the evolution's (`nas.strategies.evolution.EvolutionConfig`): archs
-            slower than the limit are not drawn, and finalisation spreads its archs over latency and these record
-            fields.
+        latency_limit_ms / extra_objectives: see `nas.strategies.sandwich.FrontSettings` (archs slower than the
+            limit are not drawn).
     """
 
     archs: int = 160
@@ -43,18 +50,13 @@ class RandomConfig:
     extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
+        super().__post_init__()
         if self.archs < 2:
             raise ValueError("archs: must be >= 2")
         if self.sampling not in SAMPLERS:
             raise ValueError(f"sampling: {self.sampling!r} is not one of {', '.join(SAMPLERS)}")
         if self.bins < 1 or self.pool < 1:
             raise ValueError("bins and pool: must be >= 1")
-        if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
-            raise ValueError("latency_limit_ms: must be > 0 (or null for no limit)")
-
-    @property
-    def costs(self) -> tuple[str, ...]:
-        return ("latency_ms", *self.extra_objectives)
 
 
 def _distinct_uniform(space: SearchSpace, n: int, rng: np.random.Generator,
@@ -74,9 +76,8 @@ def _distinct_uniform(space: SearchSpace, n: int, rng: np.random.Generator,
 
 
 def sample_archs(space: SearchSpace, config: RandomConfig, latency_ms: Callable[[dict], float],
-                 seed: int) -> list[dict]:
-    """The archs a random search of `config` scores, in order."""
-    rng = np.random.default_rng([seed, 31])
+                 rng: np.random.Generator) -> list[dict]:
+    """The archs a random search of `config` scores, in order, drawn from `rng`."""
     limit = config.latency_limit_ms
     latency_of: dict[str, float] = {}
 
@@ -98,3 +99,28 @@ def sample_archs(space: SearchSpace, config: RandomConfig, latency_ms: Callable[
         if members[b]:
             chosen.append(pool[members[b].pop()])
     return chosen
+
+
+@register_strategy
+class RandomStrategy(SandwichStrategy):
+    """Supernet training with the sandwich rule (as the evolution's), then `archs` random archs scored on inherited
+    weights (`sample_archs`): the baseline of `scripts/bench_search.py`. One generation; a resumed run draws the
+    same archs and serves the scored ones from the journal."""
+
+    name = "random"
+    config_class = RandomConfig
+
+    def run(self) -> SearchOutcome:
+        from tqdm import tqdm
+
+        ctx = self.ctx
+        evaluator, evaluate = trained_supernet_scoring(ctx)
+        latency = lambda arch: ctx.cost_model.latency_ms(ctx.space.blocks(arch))  # noqa: E731
+        archs = sample_archs(ctx.space, self.settings, latency, ctx.random.numpy("random.archs"))
+        with tqdm(total=len(archs), desc="random search", unit="arch", disable=not ctx.progress,
+                  dynamic_ncols=True) as bar:
+            evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=0)
+        self._generation_done(evaluate.records)
+        logger.info("random search (%s): %d archs evaluated (%d new in this session)", self.settings.sampling,
+                    len(evaluate.records), evaluate.new_evaluations)
+        return SearchOutcome(evaluate, evaluator)

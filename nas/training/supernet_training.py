@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -36,6 +35,7 @@ from search_spaces.elastic import ElasticBatchNorm2d
 from tasks.data import DataError, batch_seed, to_device
 
 from ..distributed import Distributed
+from ..randomness import RunRandom
 from ..rundir import atomic_torch_save, load_checkpoint
 from ..runtime import check_finite
 from .session import TrainingSession
@@ -241,7 +241,7 @@ class SupernetTrainer:
     # ------------------------------------------------------------------------------------------ training
     def step_archs(self, epoch: int, step: int) -> list[dict]:
         """Sandwich rule: largest, smallest, then random archs drawn from (seed, epoch, step)."""
-        rng = np.random.default_rng([self.seed, epoch, step, 7])
+        rng = RunRandom(self.seed).numpy("sandwich.archs", epoch, step)
         return [self.largest, self.smallest] + [self.space.sample(rng) for _ in range(self.config.sandwich_random)]
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:

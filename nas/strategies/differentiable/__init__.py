@@ -1,14 +1,13 @@
 """Differentiable (one-shot) architecture search with a latency term that has a gradient.
 
 `relaxation`: architecture parameters, gates (Gumbel-softmax or ProxylessNAS binary gates) and the expected
-latency; one adapter per space family runs its supernet under gates (`mobilenet`, `resnet`, `edsr`); `search`: the
-search itself (`DifferentiableSearch`; the run's strategy around it is `nas.strategies.DifferentiableSearchStrategy`).
+latency, over the supernet under gates that a space family provides (`search_spaces.relaxed`; its space's
+`relaxed_class`); `search`: the search itself (`DifferentiableTrainer`); `strategy`: the run's strategy around it
+(`DifferentiableStrategy`, registered as `differentiable`).
 """
-from . import edsr, mobilenet, resnet  # noqa: F401  (register the families' relaxations)
-from .relaxation import (RELAXATIONS, RELAXED_FAMILIES, ArchParameters, CostTerm, ExpectedLatency, RelaxedSupernet,
-                         build_relaxed, register_relaxed)
-from .search import LOSS_FORMS, DifferentiableConfig, DifferentiableSearch, latency_loss
+from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_relaxed, relaxed_families
+from .search import LOSS_FORMS, DifferentiableConfig, DifferentiableTrainer, latency_loss
+from .strategy import DifferentiableStrategy
 
-__all__ = ["RELAXATIONS", "RELAXED_FAMILIES", "ArchParameters", "CostTerm", "ExpectedLatency", "RelaxedSupernet",
-           "build_relaxed", "register_relaxed", "LOSS_FORMS", "DifferentiableConfig", "DifferentiableSearch",
-           "latency_loss"]
+__all__ = ["RELAXATIONS", "ArchParameters", "ExpectedLatency", "build_relaxed", "relaxed_families", "LOSS_FORMS",
+           "DifferentiableConfig", "DifferentiableTrainer", "latency_loss", "DifferentiableStrategy"]

@@ -1,5 +1,8 @@
 """Architecture parameters over a space's choices, their relaxations, and the differentiable expected latency.
 
+A family's supernet runs under gates through the interface the family implements (`search_spaces.relaxed`:
+its space's `relaxed_class`); `build_relaxed` builds it.
+
 Every searched `Choice` of a space gets a logit vector; its probabilities are `softmax(logits)`. A forward pass
 of the relaxed supernet takes one *gate* vector per choice, drawn in one of two ways:
 
@@ -20,9 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import string
-from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -30,14 +31,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from hw_cost import Block, CostModel
-from search_spaces import Choice, SearchSpace, Supernet
+from search_spaces import SPACES, Choice, SearchSpace, Supernet
+from search_spaces.relaxed import CostTerm, RelaxedSupernet
 
 from ...errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RELAXATIONS", "ArchParameters", "CostTerm", "ExpectedLatency", "RelaxedSupernet", "RELAXED_FAMILIES",
-           "register_relaxed", "build_relaxed", "prefix_masks", "centred_kernel_masks"]
+__all__ = ["RELAXATIONS", "ArchParameters", "ExpectedLatency", "relaxed_families", "build_relaxed"]
 
 RELAXATIONS = ("gumbel", "proxyless")
 
@@ -98,19 +99,6 @@ class ArchParameters(nn.Module):
         return float(torch.stack(ents).mean()) if ents else 0.0
 
 
-@dataclass(frozen=True)
-class CostTerm:
-    """A part of a network's latency that depends on the values of a few choices.
-
-    Args:
-        labels: the choices the part depends on (none for fixed parts such as a stem).
-        blocks: values of `labels` (label -> value) -> the cost blocks the part then has (empty when skipped).
-    """
-
-    labels: tuple[str, ...]
-    blocks: Callable[[dict], list[Block]]
-
-
 class ExpectedLatency(nn.Module):
     """E[latency] in ms under independent categorical distributions over a space's choices.
 
@@ -167,81 +155,15 @@ class ExpectedLatency(nn.Module):
         return total
 
 
-class RelaxedSupernet(nn.Module, ABC):
-    """A family's supernet run under gates (one vector per choice) instead of one discrete arch.
-
-    Adapters read the family's config and reuse the supernet's own modules and weights (never copies), so the
-    weights trained here are the supernet's: `supernet.extract(arch)` exports them as usual.
-
-    Args:
-        space: the search space.
-        supernet: its supernet (shared, not copied).
-    """
-
-    def __init__(self, space: SearchSpace, supernet: Supernet):
-        super().__init__()
-        self.space, self.supernet = space, supernet
-
-    def stage_depths(self) -> list[list[int]]:
-        """Per stage, the searched depths (the values of the `s{stage}.depth` choices)."""
-        values = {c.label: list(c.values) for c in self.space.choices}
-        return [values[f"s{s}.depth"] for s in range(len(self.supernet.stages))]
-
-    @abstractmethod
-    def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The output of the gate-weighted network; one-hot gates reproduce the supernet running that arch."""
-
-    @abstractmethod
-    def cost_terms(self) -> list[CostTerm]:
-        """The space's latency split into terms over few choices each (see `CostTerm`)."""
-
-    def block_term(self, position: int, labels: tuple[str, ...], depth: Optional[tuple[str, int]] = None) -> CostTerm:
-        """The term of the block at `position` of the largest arch's blocks, as a function of `labels`.
-
-        The block is taken from `space.blocks` of the largest arch with `labels` set to the term's values (so the
-        block keys are the family's own). With `depth = (label, index)` the block runs only when that depth
-        choice exceeds `index` (it costs nothing otherwise).
-        """
-        space = self.space
-        template = space.assignment_from_arch(space.largest())
-
-        def blocks(values: dict) -> list[Block]:
-            if depth is not None and values[depth[0]] <= depth[1]:
-                return []
-            chosen = {k: v for k, v in values.items() if depth is None or k != depth[0]}
-            return [space.blocks(space.arch_from_assignment({**template, **chosen}))[position]]
-
-        return CostTerm(tuple(labels) + ((depth[0],) if depth is not None else ()), blocks)
-
-
-def prefix_masks(widths, size: int) -> torch.Tensor:
-    """(len(widths), size): row i keeps the first widths[i] of `size` channels (channel slicing as a mask)."""
-    channels = torch.arange(size)
-    return torch.stack([(channels < w).float() for w in widths])
-
-
-def centred_kernel_masks(kernels) -> torch.Tensor:
-    """(len(kernels), kmax, kmax): row i keeps the centred kernels[i] x kernels[i] window (centre-cropped kernels)."""
-    kmax = max(kernels)
-    return torch.stack([F.pad(torch.ones(k, k), [(kmax - k) // 2] * 4) for k in kernels])
-
-
-RELAXED_FAMILIES: dict[str, type[RelaxedSupernet]] = {}
-
-
-def register_relaxed(family: str) -> Callable[[type[RelaxedSupernet]], type[RelaxedSupernet]]:
-    def wrap(cls: type[RelaxedSupernet]) -> type[RelaxedSupernet]:
-        if family in RELAXED_FAMILIES:
-            raise ValueError(f"relaxed supernet for {family!r} is registered twice")
-        RELAXED_FAMILIES[family] = cls
-        return cls
-
-    return wrap
+def relaxed_families() -> list[str]:
+    """The space families that run their supernet under gates (their space's `relaxed_class`)."""
+    return sorted(name for name, (space_class, _) in SPACES.items() if space_class.relaxed_class is not None)
 
 
 def build_relaxed(space: SearchSpace, supernet: Optional[Supernet] = None) -> RelaxedSupernet:
     """The relaxed supernet of `space` (over `supernet`, or a new one)."""
-    if space.family not in RELAXED_FAMILIES:
+    relaxed_class = type(space).relaxed_class
+    if relaxed_class is None:
         raise ConfigError(f"search.strategy differentiable has no relaxation for space {space.family!r}; "
-                         f"valid: {', '.join(sorted(RELAXED_FAMILIES))}")
-    return RELAXED_FAMILIES[space.family](space, supernet if supernet is not None else space.build_supernet())
+                          f"valid: {', '.join(relaxed_families())}")
+    return relaxed_class(space, supernet if supernet is not None else space.build_supernet())

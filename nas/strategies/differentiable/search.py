@@ -1,4 +1,4 @@
-"""The differentiable search strategy: alternating weight and architecture steps with a latency-aware loss.
+"""The differentiable search: alternating weight and architecture steps with a latency-aware loss.
 
 The training split is cut in two (`arch_fraction`): weight steps train the supernet on one part under sampled
 gates, architecture steps update the logits on the other part with the task loss plus a latency term
@@ -14,8 +14,8 @@ exact expected latency on the run's cost model (`ExpectedLatency`), in one of tw
 The weights train for `train.epochs` passes over their split (the first `warmup_epochs` without architecture
 steps), with the `train` section's optimizer and schedule. At the end of each search epoch the most probable
 arch is derived; the last one is fine-tuned alone on the whole training split. Every step's randomness is drawn
-from (seed, step), and the state (weights, logits, both optimizers, trajectory) is checkpointed by step, so a
-resumed run continues bit for bit.
+from the run's random streams at that step (`nas.randomness`), and the state (weights, logits, both optimizers,
+trajectory) is checkpointed by step, so a resumed run continues bit for bit.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from search_spaces import SearchSpace
 from tasks.data import DataError, EpochBatches, batch_seed
 
 from ...errors import ConfigError
+from ...randomness import RunRandom
 from ...rundir import atomic_torch_save, load_checkpoint
 from ...runtime import check_finite
 from ...training.session import TrainingSession
@@ -42,7 +43,7 @@ from .relaxation import RELAXATIONS, ArchParameters, ExpectedLatency, build_rela
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DifferentiableConfig", "DifferentiableSearch", "LOSS_FORMS", "latency_loss"]
+__all__ = ["DifferentiableConfig", "DifferentiableTrainer", "LOSS_FORMS", "latency_loss"]
 
 LOSS_FORMS = ("additive", "multiplicative")
 
@@ -146,12 +147,10 @@ class _Subset:
         return self.source.get_batch(self.indices[np.asarray(indices)], seed)
 
 
-def _seed(*keys: int) -> int:
-    return int(np.random.SeedSequence(list(keys)).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-class DifferentiableSearch:
-    """Searches `space` by gradient; checkpoints to `checkpoint_path` and resumes from it.
+class DifferentiableTrainer:
+    """Searches `space` by gradient: trains the relaxed supernet's weights and the architecture logits, then the
+    derived arch; checkpoints to `checkpoint_path` and resumes from it. The run's strategy around it is
+    `nas.strategies.differentiable.DifferentiableStrategy`.
 
     Args:
         space / task / cost_model: what the run searches, on what, with which latency source.
@@ -159,13 +158,13 @@ class DifferentiableSearch:
             settings `sandwich_random` and `distill` belong to `SupernetTrainer`: a config that changes them is
             refused).
         config: `DifferentiableConfig`.
-        seed: run seed (initial weights, data split, gate samples, dropout).
+        random: the run's random streams (initial weights, data split, gate samples, dropout).
         checkpoint_path: file of the whole state; loaded when it exists. It holds the supernet weights under
             "model" like `SupernetTrainer`'s, so `load_trained_supernet` (export) reads it.
     """
 
     def __init__(self, space: SearchSpace, task, cost_model: CostModel, train: TrainConfig,
-                 config: DifferentiableConfig, seed: int, checkpoint_path: Optional[Path] = None):
+                 config: DifferentiableConfig, random: RunRandom, checkpoint_path: Optional[Path] = None):
         from timm.optim import create_optimizer_v2
         from timm.scheduler import create_scheduler_v2
 
@@ -175,10 +174,10 @@ class DifferentiableSearch:
         if config.warmup_epochs >= train.epochs:
             raise ConfigError(f"search.differentiable.warmup_epochs ({config.warmup_epochs}) must be below "
                               f"train.epochs ({train.epochs:g}): no epoch would search")
-        self.space, self.task, self.cost_model, self.train_config, self.config, self.seed = (
-            space, task, cost_model, train, config, seed)
+        self.space, self.task, self.cost_model, self.train_config, self.config = space, task, cost_model, train, config
+        self.random, self.seed = random, random.seed
         self.checkpoint_path = Path(checkpoint_path) if checkpoint_path is not None else None
-        torch.manual_seed(seed)  # the initial weights
+        torch.manual_seed(self.seed)  # the initial weights
         self.relaxed = build_relaxed(space)
         self.supernet = self.relaxed.supernet
         if train.channels_last:
@@ -192,10 +191,10 @@ class DifferentiableSearch:
                         cost_model.name, config.target_vs_smallest, self.target_ms / config.target_vs_smallest)
 
         full = task.train_batches
-        perm = np.random.default_rng([seed, 11]).permutation(len(full.source))
+        perm = random.numpy("differentiable.split").permutation(len(full.source))
         n_arch = int(round(config.arch_fraction * len(perm)))
-        self.weight_batches = EpochBatches(_Subset(full.source, np.sort(perm[n_arch:])), full.batch_size, seed)
-        self.arch_batches = EpochBatches(_Subset(full.source, np.sort(perm[:n_arch])), full.batch_size, seed + 1)
+        self.weight_batches = EpochBatches(_Subset(full.source, np.sort(perm[n_arch:])), full.batch_size, self.seed)
+        self.arch_batches = EpochBatches(_Subset(full.source, np.sort(perm[:n_arch])), full.batch_size, self.seed + 1)
         self.full_batches = full
         for name, batches in (("weight", self.weight_batches), ("architecture", self.arch_batches)):
             if batches.steps_per_epoch() < 1:
@@ -280,9 +279,9 @@ class DifferentiableSearch:
         """1 / architecture temperature at a step (the probabilities are softmax(sharpness * logits))."""
         return 1.0 / self._anneal(self.config.arch_tau_start, self.config.arch_tau_end, step)
 
-    def sample_gates(self, step: int, kind: int) -> dict[str, torch.Tensor]:
-        """The gates of a step's weight (kind 0) or architecture (kind 1) pass, drawn from (seed, step, kind)."""
-        generator = torch.Generator().manual_seed(_seed(self.seed, step, kind))
+    def sample_gates(self, step: int, kind: str) -> dict[str, torch.Tensor]:
+        """The gates of a step's `weight` or `arch` (architecture) pass, drawn from its random stream at `step`."""
+        generator = self.random.torch(f"differentiable.{kind}_gates", step)
         return self.arch.gates(self.config.relaxation, self.tau(step), generator, self.sharpness(step))
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
@@ -369,12 +368,12 @@ class DifferentiableSearch:
                     if g == self.warmup_steps:
                         session.new_phase()
                     with session.timed_step():
-                        loss = self.weight_step(self._input(x), y, self.sample_gates(g, 0))
+                        loss = self.weight_step(self._input(x), y, self.sample_gates(g, "weight"))
                         if g >= self.warmup_steps:
                             arch_epoch, arch_step = divmod(g - self.warmup_steps,
                                                            self.arch_batches.steps_per_epoch())
                             _, xa, ya = next(self.arch_batches(arch_epoch, arch_step))
-                            self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, 1),
+                            self._epoch_losses.append(self.arch_step(self._input(xa), ya, self.sample_gates(g, "arch"),
                                                                      self.sharpness(g)))
                     self.global_step += 1
                     last = step == self.steps_per_epoch - 1 or self.global_step == self.search_steps

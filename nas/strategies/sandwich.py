@@ -1,0 +1,91 @@
+"""What the strategies that search a supernet trained by the sandwich rule share (`evolution`, `random`): the
+supernet's training (`train_supernet`), the journaled scoring of archs on its weights, the base class of their
+strategies (`SandwichStrategy`) and of their settings (`FrontSettings`: a latency limit and the costs their front
+spreads over, validated here for all of them).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+
+from ..rundir import RunDir, atomic_copy
+from ..training.evaluation import ArchEvaluator, CachedEvaluator
+from ..training.supernet_training import SupernetTrainer
+from .strategy import SearchStrategy
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "trained_supernet_scoring"]
+
+#: record fields a search can minimise beside latency
+EXTRA_OBJECTIVES = ("macs", "params")
+
+
+class FrontSettings:
+    """The base of the settings of every strategy over a trained supernet: it checks the two settings they all have,
+    for all of them alike (`__post_init__`), and gives the costs their front spreads over.
+
+    Each subclass is a dataclass that declares them as its last fields (where a run's config.yaml has always held
+    them: a dataclass base's fields would come first):
+
+        latency_limit_ms: Optional[float] = None
+        extra_objectives: list = field(default_factory=list)
+
+    Args:
+        latency_limit_ms: archs slower than this are infeasible (evolution: constraint-domination; random: not
+            drawn); None = no limit.
+        extra_objectives: record fields minimised beside latency ("macs", "params"); finalisation then spreads
+            its archs over the cost range of every objective (`nas.training.finalize.select_spread`).
+    """
+
+    latency_limit_ms: Optional[float]
+    extra_objectives: list
+
+    def __post_init__(self):
+        if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
+            raise ValueError("latency_limit_ms: must be > 0 (or null for no limit)")
+        unknown = [o for o in self.extra_objectives if o not in EXTRA_OBJECTIVES]
+        if unknown or len(set(self.extra_objectives)) < len(self.extra_objectives):
+            raise ValueError(f"extra_objectives: {list(self.extra_objectives)} is not a list of distinct "
+                             f"{', '.join(EXTRA_OBJECTIVES)}")
+
+    @property
+    def costs(self) -> tuple[str, ...]:
+        """The record fields minimised: latency first, then the extra objectives."""
+        return ("latency_ms", *self.extra_objectives)
+
+
+def train_supernet(ctx) -> SupernetTrainer:
+    """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
+    `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
+    was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
+    if ctx.config.supernet_from and not ctx.run_dir.supernet_checkpoint.exists():
+        source = RunDir(ctx.config.supernet_from).supernet_checkpoint
+        atomic_copy(source, ctx.run_dir.supernet_checkpoint)
+        logger.info("supernet: taken from %s", source)
+    torch.manual_seed(ctx.config.seed)  # the initial weights
+    trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
+                              ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device)
+    trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
+    return trainer
+
+
+def trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
+    """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights."""
+    trainer = train_supernet(ctx)
+    evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
+                              ctx.config.train.channels_last)
+    return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+
+
+class SandwichStrategy(SearchStrategy):
+    """A search over a supernet trained by the sandwich rule, whose settings (`FrontSettings`) give a latency limit
+    and the costs its front spreads over."""
+
+    scales_out = uses_sandwich = True
+
+    @classmethod
+    def finalize_scope(cls, settings: FrontSettings) -> tuple[Optional[float], tuple[str, ...]]:
+        return settings.latency_limit_ms, settings.costs
