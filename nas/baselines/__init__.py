@@ -6,8 +6,9 @@ search; `reference_networks.py` (torchvision networks) and `zoo.py` (timm / torc
 the networks, adapted to the task's input. `scoring.py`'s public names are re-exported here.
 """
 from .scoring import (BASELINE_TYPES, CACHED_TYPES, TRAINED_TYPES, CachedNetwork, CacheEntry, cached_baseline_path,
-                      check_baselines, evaluate_baselines, matched_epochs, resolve_arch, train_cached_baseline)
+                      check_baselines, evaluate_baselines, matched_epochs, resolve_arch, train_cached_baseline,
+                      train_cached_network)
 
 __all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path", "CachedNetwork",
-           "CacheEntry"]
+           "resolve_arch", "matched_epochs", "train_cached_baseline", "train_cached_network",
+           "cached_baseline_path", "CachedNetwork", "CacheEntry"]

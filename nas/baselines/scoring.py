@@ -1,6 +1,7 @@
 """Reference models marked beside the front, scored with the same data, metric and cost model.
 
-A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtained:
+A baseline is a config entry `{name, type, ...}`, read into a typed entry when the config loads
+(`nas.baseline_entries`); `type` picks how it is obtained:
 * `subnet` (default): an arch of the space (`arch: largest | smallest | {...}`) with inherited weights.
 * `standalone`: a network trained from scratch with the run's training recipe and step budget (`train` section,
   the same batches), no weight sharing: an arch of the space (`arch: largest | smallest | {...}`), or an arch
@@ -34,7 +35,7 @@ and, for the report's table per NPU generation, by VPUNN on each generation (`NP
       - {name: resnet50, type: reference, network: resnet50}
       - {name: mnv2-0.35-short, type: reference, network: mobilenet_v2, width: 0.35, train_steps: 500}
 
-Tasks with a `scores(model, split)` method (super-resolution: PSNR and SSIM) get every test score recorded.
+Every test figure a task reports is recorded (`Task.scores`: super-resolution adds SSIM to PSNR).
 baselines.csv gives each baseline its `type`, the `epochs` a trained one trained, and its latency on each NPU
 generation (`<device>_ms`).
 """
@@ -52,8 +53,12 @@ import torch.nn as nn
 
 from hw_cost import Block, CostModelError, load_cost_model
 from search_spaces import ArchError, Supernet, arch_key
+from tasks import Task
 from tasks.data import to_device
+from tasks.super_resolution import BicubicUpsampler
 
+from ..baseline_entries import (BASELINE_ENTRIES, BaselineEntry, BicubicBaseline, ReferenceBaseline,
+                                StandaloneBaseline, SubnetBaseline, TrainedBaseline, ZooBaseline)
 from ..config import NPU_GENERATIONS, ConfigError
 from ..rundir import write_csv
 from ..runtime import check_finite
@@ -67,7 +72,7 @@ from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 logger = logging.getLogger(__name__)
 
 __all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path", "CachedNetwork",
+           "resolve_arch", "matched_epochs", "train_cached_baseline", "train_cached_network", "cached_baseline_path", "CachedNetwork",
            "CacheEntry"]
 
 
@@ -82,20 +87,12 @@ def resolve_arch(space, arch, where: str) -> dict:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _check_keys(spec: dict, valid: set[str]) -> None:
-    unknown = set(spec) - valid
-    if unknown:
-        raise ConfigError(f"baselines[{spec['name']}]: unknown keys {sorted(unknown)} "
-                          f"(valid: {', '.join(sorted(valid))})")
+def _check_subnet(ctx, baseline: SubnetBaseline) -> None:
+    resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
 
 
-def _check_subnet(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "arch"})
-    resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
-
-
-def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
+def _subnet(ctx, evaluator: ArchEvaluator, baseline: SubnetBaseline) -> dict:
+    arch = resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
     subnet = evaluator.subnet(arch)
     record = evaluator.evaluate(arch, subnet)
     record.update(test_scores(ctx.task, subnet))
@@ -149,48 +146,44 @@ class StandaloneTrainer(SupernetTrainer):
         return loss
 
 
-def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
+def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:
     """(arch, freshly initialised network, cost blocks, note) of a standalone baseline."""
-    where = f"baselines[{spec['name']}].arch"
-    if "arch" not in spec:
-        raise ConfigError(f"{where}: a standalone baseline needs an arch (largest, smallest or a dict)")
+    where = f"{baseline.where}.arch"
     torch.manual_seed(ctx.config.seed)
     try:
-        arch = resolve_arch(ctx.space, spec["arch"], where)
+        arch = resolve_arch(ctx.space, baseline.arch, where)
     except ConfigError:
-        if not hasattr(ctx.space, "reference_network") or not isinstance(spec["arch"], dict):
+        if not hasattr(ctx.space, "reference_network") or not isinstance(baseline.arch, dict):
             raise
         try:  # outside the searched ranges: the family builds it directly
-            net, blocks = ctx.space.reference_network(spec["arch"])
+            net, blocks = ctx.space.reference_network(baseline.arch)
         except ArchError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        return spec["arch"], net, blocks, "reference network outside the space"
+        return baseline.arch, net, blocks, "reference network outside the space"
     return arch, ctx.space.fresh_network(arch), ctx.space.blocks(arch), "arch of the space"
 
 
-def _check_standalone(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "arch", "epochs", "train_steps"})
-    _standalone_network(ctx, spec)
-    _baseline_recipe(ctx, spec)
+def _check_standalone(ctx, baseline: StandaloneBaseline) -> None:
+    _standalone_network(ctx, baseline)
 
 
-def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig,
+def _train_from_scratch(ctx, name: str, net: nn.Module, recipe: TrainConfig,
                         label: str | None = None) -> tuple[nn.Module, int]:
-    """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ (an interrupted run
-    resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.
+    """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ as `name` (an interrupted
+    run resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.
     `label`: what the progress bar calls it (default: the baseline's name)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
     trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
                                 ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
-    trainer.progress_label = label or f"baseline {spec['name']}"
+    trainer.progress_label = label or f"baseline {name}"
     trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
     return trainer.trained_model.net.eval(), trainer.total_steps
 
 
-def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    arch, net, blocks, origin = _standalone_network(ctx, spec)
-    recipe, budget = _baseline_recipe(ctx, spec)
-    model, steps = _train_from_scratch(ctx, spec, net, recipe)
+def _standalone(ctx, evaluator: ArchEvaluator, baseline: StandaloneBaseline) -> dict:
+    arch, net, blocks, origin = _standalone_network(ctx, baseline)
+    recipe, budget = _baseline_recipe(ctx, baseline)
+    model, steps = _train_from_scratch(ctx, baseline.name, net, recipe)
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
@@ -198,20 +191,17 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"{origin}, trained from scratch ({steps} steps, {budget})", "blocks": blocks}
 
 
-def _reference_network(ctx, spec: dict) -> dict:
-    """The checked {network[, width]} of a reference spec (MobileNetV2's width defaults to 1.0)."""
-    where = f"baselines[{spec['name']}]"
-    if getattr(ctx.task, "num_classes", 0) < 1:
-        raise ConfigError(f"{where}: type reference needs a classification task")
-    if "network" not in spec:
-        raise ConfigError(f"{where}.network: a reference baseline names its network (e.g. mobilenet_v2, resnet50)")
+def _reference_network(ctx, baseline: ReferenceBaseline) -> dict:
+    """The checked {network[, width]} of a reference baseline (MobileNetV2's width defaults to 1.0)."""
+    if ctx.task.num_classes < 1:
+        raise ConfigError(f"{baseline.where}: type reference needs a classification task")
     try:
-        check_reference(spec["network"], spec.get("width"))
+        check_reference(baseline.network, baseline.width)
     except ValueError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    if spec["network"] == "mobilenet_v2":
-        return {"network": "mobilenet_v2", "width": float(spec.get("width", 1.0))}
-    return {"network": spec["network"]}
+        raise ConfigError(f"{baseline.where}.{exc}") from None
+    if baseline.network == "mobilenet_v2":
+        return {"network": "mobilenet_v2", "width": float(1.0 if baseline.width is None else baseline.width)}
+    return {"network": baseline.network}
 
 
 def matched_epochs(config) -> tuple[float, str]:
@@ -227,41 +217,31 @@ def matched_epochs(config) -> tuple[float, str]:
     return supernet + most, f"as long as the longest-trained finalised arch: {' + '.join(parts)} epochs"
 
 
-def _baseline_recipe(ctx, spec: dict) -> tuple[TrainConfig, str]:
+def _baseline_recipe(ctx, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:
     """The run's recipe for `matched_epochs`, or for the entry's own `epochs` / `train_steps`; with its budget in
     words."""
-    where = f"baselines[{spec['name']}]"
-    if "epochs" in spec and "train_steps" in spec:
-        raise ConfigError(f"{where}: give epochs or train_steps, not both")
-    if "train_steps" in spec:
-        steps = spec["train_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ConfigError(f"{where}.train_steps: expected a whole number >= 1, got {steps!r}")
-        epochs = steps / ctx.task.train_batches.steps_per_epoch()
+    if baseline.train_steps is not None:
+        epochs = baseline.train_steps / ctx.task.train_batches.steps_per_epoch()
         return dataclasses.replace(ctx.config.train, epochs=epochs), "the run's recipe, the entry's own train_steps"
-    if "epochs" in spec:
-        epochs = spec["epochs"]
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
-            raise ConfigError(f"{where}.epochs: expected a number > 0, got {epochs!r}")
-        return (dataclasses.replace(ctx.config.train, epochs=float(epochs)),
-                f"the run's recipe for the entry's own {float(epochs):g} epochs")
+    if baseline.epochs is not None:
+        epochs = float(baseline.epochs)
+        return (dataclasses.replace(ctx.config.train, epochs=epochs),
+                f"the run's recipe for the entry's own {epochs:g} epochs")
     epochs, words = matched_epochs(ctx.config)
     return dataclasses.replace(ctx.config.train, epochs=epochs), f"the run's recipe for {epochs:g} epochs, {words}"
 
 
-def _check_covered(ctx, spec: dict, block, what: str) -> None:
+def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
     try:
         ctx.cost_model.check_covers([block])
     except CostModelError:
-        raise ConfigError(f"baselines[{spec['name']}]: {ctx.cost_model.name} cannot cost a whole {what} (a latency "
+        raise ConfigError(f"{baseline.where}: {ctx.cost_model.name} cannot cost a whole {what} (a latency "
                           "table holds the blocks of a search space); cost the run with cost.model: vpunn:..., or set "
                           "cost.measure_missing: true to measure it here") from None
 
 
-def _check_reference(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "network", "width", "epochs", "train_steps"})
-    _check_covered(ctx, spec, _reference_parts(ctx, spec).block, _reference_network(ctx, spec)["network"])
-    _baseline_recipe(ctx, spec)
+def _check_reference(ctx, baseline: ReferenceBaseline) -> None:
+    _check_covered(ctx, baseline, _reference_parts(ctx, baseline).block, baseline.network)
 
 
 @dataclasses.dataclass
@@ -275,42 +255,36 @@ class CachedNetwork:
     note: str
 
 
-def _reference_parts(ctx, spec: dict) -> CachedNetwork:
-    network = _reference_network(ctx, spec)
+def _reference_parts(ctx, baseline: ReferenceBaseline) -> CachedNetwork:
+    network = _reference_network(ctx, baseline)
     name, width, task = network["network"], network.get("width"), ctx.task
     return CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
                           reference_block(name, task.input_shape, task.num_classes, width),
                           describe_reference(name, task.input_shape, width))
 
 
-def _zoo_settings(ctx, spec: dict) -> dict:
-    """The checked {model, source, kwargs[, scale]} of a zoo spec."""
-    where = f"baselines[{spec['name']}]"
-    model, kwargs = spec.get("model"), spec.get("kwargs") or {}
-    if not isinstance(model, str) or not model:
-        raise ConfigError(f"{where}.model: a zoo baseline names its model (e.g. mobilenetv4_conv_small, resnet50, "
-                          "or fsrcnn / espcn for super-resolution)")
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{where}.kwargs: expected a mapping of keyword arguments, got {kwargs!r}")
-    task = ctx.task
+def _zoo_settings(ctx, baseline: ZooBaseline) -> dict:
+    """The checked {model, source, kwargs[, scale]} of a zoo baseline."""
+    model, kwargs, task = baseline.model, baseline.kwargs or {}, ctx.task
     try:
-        if hasattr(task, "scale"):  # super-resolution: the networks built here
-            if "source" in spec:
+        if task.scale is not None:  # super-resolution: the networks built here
+            if baseline.source is not None:
                 raise ZooError("source: super-resolution networks are built in vpunas (fsrcnn, espcn)")
             settings = {"model": model, "source": "vpunas", "kwargs": kwargs, "scale": task.scale}
             zoo_network(model, task.input_shape, task.num_outputs, kwargs=kwargs, scale=task.scale)
-        elif getattr(task, "num_classes", 0) >= 1:
-            settings = {"model": model, "source": resolve_source(model, spec.get("source", "auto")), "kwargs": kwargs}
-            zoo_network(model, task.input_shape, task.num_classes, source=settings["source"], kwargs=kwargs)
+        elif task.num_classes >= 1:
+            source = resolve_source(model, "auto" if baseline.source is None else baseline.source)
+            settings = {"model": model, "source": source, "kwargs": kwargs}
+            zoo_network(model, task.input_shape, task.num_classes, source=source, kwargs=kwargs)
         else:
             raise ZooError("type: zoo needs a classification or super-resolution task")
     except ZooError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
+        raise ConfigError(f"{baseline.where}.{exc}") from None
     return settings
 
 
-def _zoo_parts(ctx, spec: dict) -> CachedNetwork:
-    settings, task = _zoo_settings(ctx, spec), ctx.task
+def _zoo_parts(ctx, baseline: ZooBaseline) -> CachedNetwork:
+    settings, task = _zoo_settings(ctx, baseline), ctx.task
     model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
     source = "auto" if scale is not None else settings["source"]
     outputs = task.num_outputs
@@ -322,14 +296,12 @@ def _zoo_parts(ctx, spec: dict) -> CachedNetwork:
                           describe_zoo(model, task.input_shape, source=source, kwargs=kwargs, scale=scale))
 
 
-def _check_zoo(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "model", "source", "kwargs", "epochs", "train_steps"})
-    _check_covered(ctx, spec, _zoo_parts(ctx, spec).block, spec["model"])
-    _baseline_recipe(ctx, spec)
+def _check_zoo(ctx, baseline: ZooBaseline) -> None:
+    _check_covered(ctx, baseline, _zoo_parts(ctx, baseline).block, baseline.model)
 
 
 #: cached baseline types -> what their networks are
-_CACHED_PARTS = {"reference": _reference_parts, "zoo": _zoo_parts}
+_CACHED_PARTS = {ReferenceBaseline.type: _reference_parts, ZooBaseline.type: _zoo_parts}
 
 
 @dataclasses.dataclass
@@ -343,25 +315,29 @@ class CacheEntry:
     key: dict
 
 
-def _cache_entry(ctx, spec: dict) -> CacheEntry:
-    parts, task = _CACHED_PARTS[spec["type"]](ctx, spec), ctx.task
-    recipe, budget = _baseline_recipe(ctx, spec)
+def _cache_entry(ctx, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
+    parts, task = _CACHED_PARTS[baseline.type](ctx, baseline), ctx.task
+    recipe, budget = _baseline_recipe(ctx, baseline)
     return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
                                                         ctx.config.task, recipe, ctx.config.seed))
 
 
-def cached_baseline_path(ctx, spec: dict):
+def cached_baseline_path(ctx, baseline: ReferenceBaseline | ZooBaseline):
     """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
-    return BaselineCache().path(_cache_entry(ctx, spec).key)
+    return BaselineCache().path(_cache_entry(ctx, baseline).key)
 
 
-def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
-                          label: str | None = None) -> tuple[dict, int]:
-    """The scores and training steps of a `reference` or `zoo` baseline (or of another network `entry` describes,
-    such as a probe arch): from the cache, or trained now and cached. `label`: what the log calls it (default
-    `baselines[<name>]`)."""
-    entry = entry or _cache_entry(ctx, spec)
-    log_label = label or f"baselines[{spec['name']}]"
+def train_cached_baseline(ctx, baseline: ReferenceBaseline | ZooBaseline) -> tuple[dict, int]:
+    """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
+    cached."""
+    return train_cached_network(ctx, baseline.name, _cache_entry(ctx, baseline))
+
+
+def train_cached_network(ctx, name: str, entry: CacheEntry, label: str | None = None) -> tuple[dict, int]:
+    """The scores and training steps of the network `entry` describes (a cached baseline's, a probe arch's): from
+    the cache, or trained now (checkpointed under checkpoint/ as `name`) and cached. `label`: what the log calls
+    it (default `baselines[<name>]`)."""
+    log_label = label or f"baselines[{name}]"
     task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
 
     def fresh() -> nn.Module:
@@ -372,15 +348,15 @@ def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
     if cached is not None:
         logger.info("%s: trained weights and scores from the cache (%s)", log_label, cache.path(entry.key))
         return cached.scores, cached.steps
-    model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe, label)
+    model, steps = _train_from_scratch(ctx, name, fresh(), entry.recipe, label)
     scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
     logger.info("%s: trained %d steps; cached in %s", log_label, steps, cache.store(entry.key, model, scores, steps))
     return scores, steps
 
 
-def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    entry = _cache_entry(ctx, spec)
-    scores, steps = train_cached_baseline(ctx, spec, entry)
+def _cached(ctx, evaluator: ArchEvaluator, baseline: ReferenceBaseline | ZooBaseline) -> dict:
+    entry = _cache_entry(ctx, baseline)
+    scores, steps = train_cached_network(ctx, baseline.name, entry)
     block = entry.parts.block
     params, macs = complexity([block])
     return {"arch": entry.parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
@@ -388,18 +364,17 @@ def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})", "blocks": [block]}
 
 
-def _check_bicubic(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type"})
-    if not hasattr(ctx.task, "bicubic_model"):
-        raise ConfigError(f"baselines[{spec['name']}]: type bicubic needs a super-resolution task")
+def _check_bicubic(ctx, baseline: BicubicBaseline) -> None:
+    if ctx.task.scale is None:
+        raise ConfigError(f"{baseline.where}: type bicubic needs a super-resolution task")
 
 
-def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    task = ctx.task
+def _bicubic(ctx, evaluator: ArchEvaluator, baseline: BicubicBaseline) -> dict:
+    task: Task = ctx.task
     # on the device bicubic upscaling is one interpolation layer (the cost model's rule for 'upsample')
     latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
                                               (1, *task.input_shape))
-    model = task.bicubic_model()
+    model = BicubicUpsampler(task.scale)
     return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model),
             "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
             "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)",
@@ -407,29 +382,24 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
                              lambda: nn.Upsample(scale_factor=task.scale, mode="bicubic"))]}
 
 
-#: type -> (check of a spec, run before any work; scoring)
-BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {"subnet": (_check_subnet, _subnet),
-                                                        "standalone": (_check_standalone, _standalone),
-                                                        "bicubic": (_check_bicubic, _bicubic),
-                                                        "reference": (_check_reference, _cached),
-                                                        "zoo": (_check_zoo, _cached)}
+#: type (`nas.baseline_entries.BASELINE_ENTRIES`) -> (check of an entry against the run, made before any work;
+#: scoring)
+BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_check_subnet, _subnet),
+                                                        StandaloneBaseline.type: (_check_standalone, _standalone),
+                                                        BicubicBaseline.type: (_check_bicubic, _bicubic),
+                                                        ReferenceBaseline.type: (_check_reference, _cached),
+                                                        ZooBaseline.type: (_check_zoo, _cached)}
 #: types trained from scratch for the run (`matched_epochs`); of them, those cached across runs
-TRAINED_TYPES = ("standalone", "reference", "zoo")
+TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
 CACHED_TYPES = tuple(_CACHED_PARTS)
 
 
 def check_baselines(ctx) -> None:
-    """Every baseline spec valid for the run's task and space (type, keys, arch): a mistake fails before any
-    training, not after the search."""
-    names = [spec["name"] for spec in ctx.config.baselines]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ConfigError(f"baselines: names must be unique; repeated: {', '.join(map(str, repeated))}")
-    for spec in ctx.config.baselines:
-        kind = spec.get("type", "subnet")
-        if kind not in BASELINE_TYPES:
-            raise ConfigError(f"baselines[{spec['name']}].type: unknown {kind!r}; valid: {', '.join(BASELINE_TYPES)}")
-        BASELINE_TYPES[kind][0](ctx, spec)
+    """Every baseline valid for the run's task, space and cost model (an arch of the space, a network the task
+    trains and the cost model costs): a mistake fails before any training, not after the search. What an entry
+    says on its own is checked when the config loads (`nas.baseline_entries.read_baselines`)."""
+    for baseline in ctx.config.baselines:
+        BASELINE_TYPES[baseline.type][0](ctx, baseline)
 
 
 def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
@@ -457,16 +427,17 @@ def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict
     if workers is not None:
         workers.wait()
     metric = ctx.task.metric
-    specs = {spec["name"]: spec for spec in ctx.config.baselines}
+    baselines = {baseline.name: baseline for baseline in ctx.config.baselines}
     per_generation = _latency_per_generation(ctx)
 
-    def score(spec: dict) -> dict:
-        kind = spec.get("type", "subnet")
-        row = BASELINE_TYPES[kind][1](ctx, evaluator, spec)
-        return dict(row, **per_generation(row.pop("blocks")), key=spec["name"], name=spec["name"], type=kind)
+    def score(baseline: BaselineEntry) -> dict:
+        row = BASELINE_TYPES[baseline.type][1](ctx, evaluator, baseline)
+        return dict(row, **per_generation(row.pop("blocks")), key=baseline.name, name=baseline.name,
+                    type=baseline.type)
 
-    journal = CachedEvaluator(lambda name: score(specs[name]), ctx.run_dir.baseline_journal, key=lambda name: name)
-    rows = [journal(name) for name in specs]
+    journal = CachedEvaluator(lambda name: score(baselines[name]), ctx.run_dir.baseline_journal,
+                              key=lambda name: name)
+    rows = [journal(name) for name in baselines]
     extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
     columns = ["name", "type", metric, f"test_{metric}", *extra, "latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS),
                "cost_model", "params", "macs", "epochs", "note", "arch"]
