@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from conftest import CONFIGS, SMOKE
 from nas.baselines.cache import CACHE_ENV
+from nas.baseline_entries import ZooBaseline
 from nas.baselines import BASELINE_TYPES, matched_epochs
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -205,6 +206,6 @@ def test_zoo_check_needs_a_task_it_fits(tmp_path):
                         progress=False)
     check = BASELINE_TYPES["zoo"][0]
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.model: unknown super-resolution network 'resnet18'"):
-        check(ctx, {"name": "z", "type": "zoo", "model": "resnet18"})
+        check(ctx, ZooBaseline(name="z", model="resnet18"))
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.source: super-resolution networks are built in vpunas"):
-        check(ctx, {"name": "z", "type": "zoo", "model": "espcn", "source": "timm"})
+        check(ctx, ZooBaseline(name="z", model="espcn", source="timm"))

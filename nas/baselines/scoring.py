@@ -72,8 +72,8 @@ from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 logger = logging.getLogger(__name__)
 
 __all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "train_cached_network", "cached_baseline_path", "CachedNetwork",
-           "CacheEntry"]
+           "resolve_arch", "matched_epochs", "train_cached_baseline", "train_cached_network", "cached_baseline_path",
+           "CachedNetwork", "CacheEntry"]
 
 
 
