@@ -132,7 +132,7 @@ def test_the_zoo_config_is_the_default_search_plus_the_zoo():
     zoo, default = load_config(CONFIGS / "fmnist_zoo.yaml"), load_config(CONFIGS / "fmnist_mobilenet.yaml")
     assert zoo.train == default.train and zoo.space == default.space and zoo.task == default.task
     assert zoo.search.finalize == default.search.finalize and zoo.search.settings("evolution").latency_limit_ms is None
-    models = {b.get("model") for b in zoo.baselines if b.get("type") == "zoo"}
+    models = {b.model for b in zoo.baselines if isinstance(b, ZooBaseline)}
     assert {"mobilenetv4_conv_small", "mobilenetv3_small_100", "mobilenetv3_large_100", "efficientnet_lite0",
             "mobilenet_v2", "resnet18", "resnet50"} <= models
 
