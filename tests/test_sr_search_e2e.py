@@ -8,7 +8,8 @@ import torch
 
 from conftest import CONFIGS
 from nas.baseline_entries import BicubicBaseline, StandaloneBaseline
-from nas.baselines.scoring import BASELINE_TYPES, FixedNetwork, StandaloneTrainer
+from nas.baselines.scoring import BASELINE_TYPES
+from nas.baselines.trainer import FixedNetwork, StandaloneTrainer
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.pareto import pareto_mask

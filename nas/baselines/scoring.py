@@ -41,40 +41,25 @@ generation (`<device>_ms`).
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
-import logging
-import re
 from typing import Callable
 
-import timm
 import torch
 import torch.nn as nn
 
 from hw_cost import Block, CostModelError, load_cost_model
-from search_spaces import ArchError, Supernet, arch_key
+from search_spaces import ArchError, arch_key
 from tasks import Task
-from tasks.data import to_device
 from tasks.super_resolution import BicubicUpsampler
 
 from ..baseline_entries import (BASELINE_ENTRIES, BaselineEntry, BicubicBaseline, ReferenceBaseline,
                                 StandaloneBaseline, SubnetBaseline, TrainedBaseline, ZooBaseline)
 from ..config import NPU_GENERATIONS, ConfigError
 from ..rundir import write_csv
-from ..runtime import check_finite
-from ..training.captured_step import CapturedTrainStep, capture_refusal
 from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
-from ..training.supernet_training import SupernetTrainer, TrainConfig
-from .cache import BaselineCache, cache_key
-from .reference_networks import check_reference, describe_reference, reference_block, reference_network
-from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
+from .cached import cache_entry, reference_parts, train_cached_network, zoo_parts
+from .trainer import baseline_recipe, train_from_scratch
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "train_cached_network", "cached_baseline_path",
-           "CachedNetwork", "CacheEntry"]
-
+__all__ = ["evaluate_baselines", "check_baselines", "resolve_arch", "BASELINE_TYPES", "TRAINED_TYPES"]
 
 
 def resolve_arch(space, arch, where: str) -> dict:
@@ -101,51 +86,6 @@ def _subnet(ctx, evaluator: ArchEvaluator, baseline: SubnetBaseline) -> dict:
     return record
 
 
-class FixedNetwork(Supernet):
-    """A standalone network as a one-arch supernet, so that the supernet trainer's recipe trains it."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def set_active(self, arch: dict) -> None:
-        """There is one arch only."""
-
-    def extract(self, arch: dict) -> nn.Module:
-        return copy.deepcopy(self.net)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class StandaloneTrainer(SupernetTrainer):
-    """The supernet recipe (optimizer, schedule, EMA, steps, checkpoints) applied to one network: no sandwich. On
-    CUDA its step is replayed as a CUDA graph where `capture_refusal` allows."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        refusal = ("several processes" if self.dist.enabled
-                   else capture_refusal(self.device, self.optimizer, self.config.cuda_graphs))
-        if refusal and self.device.type == "cuda":
-            logger.info("%s trains eagerly on the GPU: %s", self.progress_label, refusal)
-        self.captured = None if refusal else CapturedTrainStep(self.supernet, self.optimizer, self._loss,
-                                                               self.config.grad_clip)
-
-    def _loss(self, out: torch.Tensor, y: torch.Tensor, _teacher_out: None) -> torch.Tensor:
-        return self.task.loss(out, y)
-
-    def step_archs(self, epoch: int, step: int) -> list[dict]:
-        return [{}]
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        if self.captured is None:
-            return super().train_step(x, y, archs)
-        self.supernet.train()
-        loss = self.captured(to_device(x, self.device), to_device(y, self.device)).item()
-        check_finite([loss], f"{self.progress_label} training", self.global_step, "train.lr", self.config.lr, len(x))
-        return loss
-
-
 def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:
     """(arch, freshly initialised network, cost blocks, note) of a standalone baseline."""
     where = f"{baseline.where}.arch"
@@ -167,68 +107,15 @@ def _check_standalone(ctx, baseline: StandaloneBaseline) -> None:
     _standalone_network(ctx, baseline)
 
 
-def _train_from_scratch(ctx, name: str, net: nn.Module, recipe: TrainConfig,
-                        label: str | None = None) -> tuple[nn.Module, int]:
-    """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ as `name` (an interrupted
-    run resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.
-    `label`: what the progress bar calls it (default: the baseline's name)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-    trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
-                                ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
-    trainer.progress_label = label or f"baseline {name}"
-    trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
-    return trainer.trained_model.net.eval(), trainer.total_steps
-
-
 def _standalone(ctx, evaluator: ArchEvaluator, baseline: StandaloneBaseline) -> dict:
     arch, net, blocks, origin = _standalone_network(ctx, baseline)
-    recipe, budget = _baseline_recipe(ctx, baseline)
-    model, steps = _train_from_scratch(ctx, baseline.name, net, recipe)
+    recipe, budget = baseline_recipe(ctx, baseline)
+    model, steps = train_from_scratch(ctx, baseline.name, net, recipe)
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
             "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(recipe.epochs, 3),
             "note": f"{origin}, trained from scratch ({steps} steps, {budget})", "blocks": blocks}
-
-
-def _reference_network(ctx, baseline: ReferenceBaseline) -> dict:
-    """The checked {network[, width]} of a reference baseline (MobileNetV2's width defaults to 1.0)."""
-    if ctx.task.num_classes < 1:
-        raise ConfigError(f"{baseline.where}: type reference needs a classification task")
-    try:
-        check_reference(baseline.network, baseline.width)
-    except ValueError as exc:
-        raise ConfigError(f"{baseline.where}.{exc}") from None
-    if baseline.network == "mobilenet_v2":
-        return {"network": "mobilenet_v2", "width": float(1.0 if baseline.width is None else baseline.width)}
-    return {"network": baseline.network}
-
-
-def matched_epochs(config) -> tuple[float, str]:
-    """(epochs, in words) of the longest training an arch the run hands over can get: the supernet's epochs
-    (`train.epochs`, when finalisation starts from the inherited weights) plus finalisation's most epochs
-    (`max_epochs` under a run budget, else `epochs`; none without finalisation). Known from the config alone, so a
-    trained baseline's budget, and its cache entry, do not depend on the machine's speed; a budget that shortens
-    finalisation on a slow machine only widens the baselines' lead."""
-    final = config.search.finalize
-    supernet = config.train.epochs if final.init == "inherited" or not final.archs else 0.0
-    most = (max(final.epochs, final.max_epochs) if final.run_budget_minutes else final.epochs) if final.archs else 0.0
-    parts = ([f"{supernet:g} supernet"] if supernet else []) + ([f"{most:g} finalisation"] if most else [])
-    return supernet + most, f"as long as the longest-trained finalised arch: {' + '.join(parts)} epochs"
-
-
-def _baseline_recipe(ctx, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:
-    """The run's recipe for `matched_epochs`, or for the entry's own `epochs` / `train_steps`; with its budget in
-    words."""
-    if baseline.train_steps is not None:
-        epochs = baseline.train_steps / ctx.task.train_batches.steps_per_epoch()
-        return dataclasses.replace(ctx.config.train, epochs=epochs), "the run's recipe, the entry's own train_steps"
-    if baseline.epochs is not None:
-        epochs = float(baseline.epochs)
-        return (dataclasses.replace(ctx.config.train, epochs=epochs),
-                f"the run's recipe for the entry's own {epochs:g} epochs")
-    epochs, words = matched_epochs(ctx.config)
-    return dataclasses.replace(ctx.config.train, epochs=epochs), f"the run's recipe for {epochs:g} epochs, {words}"
 
 
 def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
@@ -241,121 +128,15 @@ def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
 
 
 def _check_reference(ctx, baseline: ReferenceBaseline) -> None:
-    _check_covered(ctx, baseline, _reference_parts(ctx, baseline).block, baseline.network)
-
-
-@dataclasses.dataclass
-class CachedNetwork:
-    """What a cached baseline (`reference`, `zoo`) is: its identity in the cache, a fresh network, its cost
-    block and its description."""
-
-    identity: dict
-    fresh: Callable[[], nn.Module]
-    block: object
-    note: str
-
-
-def _reference_parts(ctx, baseline: ReferenceBaseline) -> CachedNetwork:
-    network = _reference_network(ctx, baseline)
-    name, width, task = network["network"], network.get("width"), ctx.task
-    return CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
-                          reference_block(name, task.input_shape, task.num_classes, width),
-                          describe_reference(name, task.input_shape, width))
-
-
-def _zoo_settings(ctx, baseline: ZooBaseline) -> dict:
-    """The checked {model, source, kwargs[, scale]} of a zoo baseline."""
-    model, kwargs, task = baseline.model, baseline.kwargs or {}, ctx.task
-    try:
-        if task.scale is not None:  # super-resolution: the networks built here
-            if baseline.source is not None:
-                raise ZooError("source: super-resolution networks are built in vpunas (fsrcnn, espcn)")
-            settings = {"model": model, "source": "vpunas", "kwargs": kwargs, "scale": task.scale}
-            zoo_network(model, task.input_shape, task.num_outputs, kwargs=kwargs, scale=task.scale)
-        elif task.num_classes >= 1:
-            source = resolve_source(model, "auto" if baseline.source is None else baseline.source)
-            settings = {"model": model, "source": source, "kwargs": kwargs}
-            zoo_network(model, task.input_shape, task.num_classes, source=source, kwargs=kwargs)
-        else:
-            raise ZooError("type: zoo needs a classification or super-resolution task")
-    except ZooError as exc:
-        raise ConfigError(f"{baseline.where}.{exc}") from None
-    return settings
-
-
-def _zoo_parts(ctx, baseline: ZooBaseline) -> CachedNetwork:
-    settings, task = _zoo_settings(ctx, baseline), ctx.task
-    model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
-    source = "auto" if scale is not None else settings["source"]
-    outputs = task.num_outputs
-    identity = {"network": f"zoo-{model}", **settings, "timm": timm.__version__}
-    return CachedNetwork(identity,
-                          lambda: zoo_network(model, task.input_shape, outputs, source=source, kwargs=kwargs,
-                                              scale=scale),
-                          zoo_block(model, task.input_shape, outputs, source=source, kwargs=kwargs, scale=scale),
-                          describe_zoo(model, task.input_shape, source=source, kwargs=kwargs, scale=scale))
+    _check_covered(ctx, baseline, reference_parts(ctx, baseline).block, baseline.network)
 
 
 def _check_zoo(ctx, baseline: ZooBaseline) -> None:
-    _check_covered(ctx, baseline, _zoo_parts(ctx, baseline).block, baseline.model)
-
-
-#: cached baseline types -> what their networks are
-_CACHED_PARTS = {ReferenceBaseline.type: _reference_parts, ZooBaseline.type: _zoo_parts}
-
-
-@dataclasses.dataclass
-class CacheEntry:
-    """A `reference` or `zoo` baseline as the cache knows it: its network, recipe (with its budget in words) and
-    key."""
-
-    parts: CachedNetwork
-    recipe: TrainConfig
-    budget: str
-    key: dict
-
-
-def _cache_entry(ctx, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
-    parts, task = _CACHED_PARTS[baseline.type](ctx, baseline), ctx.task
-    recipe, budget = _baseline_recipe(ctx, baseline)
-    return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
-                                                        ctx.config.task, recipe, ctx.config.seed))
-
-
-def cached_baseline_path(ctx, baseline: ReferenceBaseline | ZooBaseline):
-    """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
-    return BaselineCache().path(_cache_entry(ctx, baseline).key)
-
-
-def train_cached_baseline(ctx, baseline: ReferenceBaseline | ZooBaseline) -> tuple[dict, int]:
-    """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
-    cached."""
-    return train_cached_network(ctx, baseline.name, _cache_entry(ctx, baseline))
-
-
-def train_cached_network(ctx, name: str, entry: CacheEntry, label: str | None = None) -> tuple[dict, int]:
-    """The scores and training steps of the network `entry` describes (a cached baseline's, a probe arch's): from
-    the cache, or trained now (checkpointed under checkpoint/ as `name`) and cached. `label`: what the log calls
-    it (default `baselines[<name>]`)."""
-    log_label = label or f"baselines[{name}]"
-    task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
-
-    def fresh() -> nn.Module:
-        torch.manual_seed(seed)
-        return entry.parts.fresh()
-
-    cached = cache.load(entry.key, fresh())
-    if cached is not None:
-        logger.info("%s: trained weights and scores from the cache (%s)", log_label, cache.path(entry.key))
-        return cached.scores, cached.steps
-    model, steps = _train_from_scratch(ctx, name, fresh(), entry.recipe, label)
-    scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
-    logger.info("%s: trained %d steps; cached in %s", log_label, steps, cache.store(entry.key, model, scores, steps))
-    return scores, steps
+    _check_covered(ctx, baseline, zoo_parts(ctx, baseline).block, baseline.model)
 
 
 def _cached(ctx, evaluator: ArchEvaluator, baseline: ReferenceBaseline | ZooBaseline) -> dict:
-    entry = _cache_entry(ctx, baseline)
+    entry = cache_entry(ctx, baseline)
     scores, steps = train_cached_network(ctx, baseline.name, entry)
     block = entry.parts.block
     params, macs = complexity([block])
@@ -389,9 +170,8 @@ BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_c
                                                         BicubicBaseline.type: (_check_bicubic, _bicubic),
                                                         ReferenceBaseline.type: (_check_reference, _cached),
                                                         ZooBaseline.type: (_check_zoo, _cached)}
-#: types trained from scratch for the run (`matched_epochs`); of them, those cached across runs
+#: types trained from scratch for the run (`matched_epochs`)
 TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
-CACHED_TYPES = tuple(_CACHED_PARTS)
 
 
 def check_baselines(ctx) -> None:

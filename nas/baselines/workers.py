@@ -25,7 +25,7 @@ from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import load_config
 from ..context import build_context
 from ..rundir import RunDir
-from .scoring import CACHED_TYPES, cached_baseline_path, train_cached_baseline
+from .cached import CACHED_TYPES, cached_baseline_path, train_cached_baseline
 
 logger = logging.getLogger(__name__)
 

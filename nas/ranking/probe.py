@@ -30,7 +30,8 @@ import numpy as np
 from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
-from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train_cached_network
+from ..baselines.cached import CachedNetwork, CacheEntry, train_cached_network
+from ..baselines.trainer import matched_epochs
 from ..rundir import read_csv, write_csv
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
