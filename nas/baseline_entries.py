@@ -24,12 +24,19 @@ class BaselineEntry:
     Args:
         name: its name in baselines.csv and the report (unique within a run).
         written: the keys the config gave it, in their order: the run's config.yaml records the entry as written
-            (`to_dict`), a `type` left out included.
+            (`to_dict`), a `type` left out included. An entry made in code writes its name, its type and the
+            values that are not the defaults.
     """
 
     type: ClassVar[str]
     name: str
     written: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.written:
+            given = [f.name for f in dataclasses.fields(self)
+                     if f.name not in ("name", "written") and getattr(self, f.name) != f.default]
+            object.__setattr__(self, "written", ("name", "type", *given))
 
     @property
     def where(self) -> str:

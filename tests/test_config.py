@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nas.baseline_entries import ZooBaseline
 from nas.config import ConfigError, load_config
 from conftest import CONFIGS, REPO
 
@@ -103,6 +104,8 @@ def test_baselines_are_typed_entries_written_back_as_given():
     written = yaml.safe_load(path.read_text())["baselines"]
     assert config.to_dict()["baselines"] == written
     assert [list(b) for b in config.to_dict()["baselines"]] == [list(b) for b in written]
+    # an entry made in code writes its name, its type and what is not a default
+    assert ZooBaseline(name="z", model="espcn").to_dict() == {"name": "z", "type": "zoo", "model": "espcn"}
 
 
 def test_run_config_sections_are_typed():
