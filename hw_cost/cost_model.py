@@ -59,6 +59,13 @@ class CostModel(ABC):
     name: str = "cost model"
     #: inference precision the model assumes ("uint8" or "fp16")
     dtype: str = "uint8"
+    #: the latencies measured on a machine that the model looks up (a `hw_cost.lut.LatencyTable`), or None where
+    #: it predicts a device (VPUNN predicts the NPU). Only measured latencies can be checked against networks
+    #: measured on this machine and corrected to it (`nas.latency.lut_validation`).
+    table = None
+    #: the correction to this machine applied to every latency (a `hw_cost.lut.LatencyCorrection`), set on a model
+    #: with a `table` only; None: the latencies as measured or predicted
+    correction = None
 
     @abstractmethod
     def block_latencies_ms(self, blocks: Sequence[Block]) -> np.ndarray:

@@ -107,6 +107,7 @@ class LatencyCorrection:
 class LutCostModel(CostModel):
     """Latency from a measured table. A block missing from the table is an error naming the key, unless
     `measure_missing` is set: then it is measured on the local device with the table's own settings and added.
+    The one kind of cost model with a `table` and a `correction` (`CostModel`).
 
     Args:
         table: the measured latencies.

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
+from hw_cost import CostModelError, CostModelSpec
 from search_spaces import SPACES, SpaceConfig
 from tasks import TASKS, TaskConfig
 
@@ -58,9 +59,12 @@ class CostConfig:
     correction_archs: int = 8
 
     def __post_init__(self):
+        try:
+            lut = self.spec.kind == "lut"
+        except CostModelError as exc:
+            raise ValueError(f"model: {exc}") from None
         if self.dtype not in ("uint8", "fp16"):
             raise ValueError(f"dtype: {self.dtype!r} is not one of uint8, fp16")
-        lut = self.model.startswith("lut:")
         if lut and (self.dtype != "uint8" or self.model_dir):
             raise ValueError("dtype and model_dir configure VPUNN; a latency table carries its own precision")
         if self.measure_missing and not lut:
@@ -73,10 +77,19 @@ class CostConfig:
         if self.correction_archs < 3:
             raise ValueError("correction_archs: must be >= 3")
 
+    @property
+    def spec(self) -> CostModelSpec:
+        """`model` read into its kind and argument (checked when the config loads)."""
+        return CostModelSpec.parse(self.model)
+
     def options(self) -> dict:
-        """Keyword options for `hw_cost.load_cost_model`."""
-        if self.model.startswith("lut:"):
+        """Keyword options of `hw_cost.load_cost_model` for the run's cost model."""
+        if self.spec.kind == "lut":
             return {"measure_missing": self.measure_missing}
+        return self.vpunn_options()
+
+    def vpunn_options(self) -> dict:
+        """Keyword options of a VPUNN model of the run (its own, or one of `NPU_GENERATIONS` beside a table)."""
         return {"dtype": self.dtype, **({"model_dir": self.model_dir} if self.model_dir else {})}
 
 
@@ -334,9 +347,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     space = load_space_config(top.space)
     search = _search_config(top.search)
     cost = _structured(CostConfig, top.cost, "cost")
-    kind, _, arg = cost.model.partition(":")
-    if kind == "lut" and arg:
-        cost.model = "lut:" + _resolve_path(arg, base)
+    if cost.spec.kind == "lut":
+        cost.model = str(dataclasses.replace(cost.spec, argument=_resolve_path(cost.spec.argument, base)))
     if cost.model_dir:
         cost.model_dir = _resolve_path(cost.model_dir, base)
     baselines = read_baselines(top.baselines)

@@ -1,5 +1,9 @@
 """What a run works with: its config's task, search space and cost model on its device, among its processes
 (`SearchContext`, built by `build_context`); every room that runs archs of a run starts from one.
+
+The run's device is decided in one place, `resolve_device`, when the run starts (`nas.run.prepare_run`); the
+context carries that `torch.device` to every stage. A finished run read back on another machine (export, its
+report, `vpunas cost` of its archs) asks for the CPU instead: it trains nothing.
 """
 from __future__ import annotations
 
@@ -7,22 +11,23 @@ from dataclasses import dataclass, field
 
 import torch
 
-from hw_cost import CostModel, load_cost_model
-from hw_cost.lut import LutCostModel
+from hw_cost import CostModel, CostModelSpec, load_cost_model
 from search_spaces import SearchSpace, build_space
 from tasks import build_task
 
-from .config import ConfigError, RunConfig
+from .config import ConfigError, CostConfig, RunConfig
 from .distributed import Distributed, current
 from .latency.lut_validation import load_run_correction
 from .rundir import RunDir
 
-__all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device"]
+__all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device", "run_cost_model",
+           "npu_generation_model"]
 
 
 @dataclass
 class SearchContext:
-    """What a strategy works with: `device` is where models train and run, `dist` the run's processes."""
+    """What a strategy works with: `device` is where models train and run (the CPU for a context built by hand,
+    as tests do), `dist` the run's processes."""
 
     config: RunConfig
     run_dir: RunDir
@@ -34,13 +39,15 @@ class SearchContext:
     dist: Distributed = field(default_factory=Distributed)
 
 
-def resolve_device(device: str) -> str:
-    """The config's `device` as a run uses it: "auto" is "cuda" when torch finds a CUDA device, else "cpu"."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
+def resolve_device(requested: str, local_rank: int = 0) -> torch.device:
+    """The config's `device` as the run's `torch.device`: "auto" is CUDA when torch finds a device, else the CPU;
+    "cuda" where torch finds none is a ConfigError. Under torchrun, process `local_rank` of a machine takes CUDA
+    device `local_rank`."""
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device: cuda, but torch finds no CUDA device here (set device: cpu or auto)")
-    return device
+    return torch.device("cuda", local_rank) if requested == "cuda" else torch.device(requested)
 
 
 def build_task_and_space(config: RunConfig):
@@ -49,15 +56,33 @@ def build_task_and_space(config: RunConfig):
     return task, build_space(config.space, input_shape=task.input_shape, num_outputs=task.num_outputs)
 
 
-def build_context(config: RunConfig, run_dir: RunDir, progress: bool = True) -> SearchContext:
-    """The run's task, space and cost model, on the config's device (the CPU where CUDA is missing: a finished
-    run's config read back elsewhere, e.g. to export), among the processes of `nas.distributed.current()`."""
+def run_cost_model(config: RunConfig, run_dir: RunDir) -> CostModel:
+    """The run's cost model as the run uses it: with its options, a latency table corrected to the run's machine
+    when the run recorded a correction (`nas.latency.lut_validation`)."""
+    cost_model = load_cost_model(config.cost.spec, **config.cost.options())
+    if cost_model.table is not None:
+        load_run_correction(cost_model, run_dir)
+    return cost_model
+
+
+def npu_generation_model(cost: CostConfig, generation: str, *, dtype: str | None = None,
+                         model_dir: str | None = None) -> CostModel:
+    """VPUNN's model of NPU `generation` (`nas.config.NPU_GENERATIONS`) with the run's options (`cost.dtype`,
+    `cost.model_dir`), `dtype` and `model_dir` replacing them where given: the latency of a run's archs and
+    baselines on every generation, beside the run's own cost model."""
+    options = cost.vpunn_options()
+    if dtype:
+        options["dtype"] = dtype
+    if model_dir:
+        options["model_dir"] = model_dir
+    return load_cost_model(CostModelSpec("vpunn", generation), **options)
+
+
+def build_context(config: RunConfig, run_dir: RunDir, device: torch.device, progress: bool = True) -> SearchContext:
+    """The run's task, space and cost model on `device` (`resolve_device` when the run starts; the CPU for a
+    finished run read back), among the processes of `nas.distributed.current()`."""
     torch.set_num_threads(config.threads)
     task, space = build_task_and_space(config)
-    cost_model = load_cost_model(config.cost.model, **config.cost.options())
-    if isinstance(cost_model, LutCostModel):
-        load_run_correction(cost_model, run_dir)  # the run's latencies came from the corrected table
     dist = current()
-    cuda = config.device in ("cuda", "auto") and torch.cuda.is_available()
-    device = torch.device("cuda", dist.local_rank) if cuda else torch.device("cpu")
-    return SearchContext(config, run_dir, task, space, cost_model, progress and dist.is_main, device, dist)
+    return SearchContext(config, run_dir, task, space, run_cost_model(config, run_dir), progress and dist.is_main,
+                         device, dist)

@@ -4,11 +4,29 @@ A leaf module (it imports nothing of the project), so every part of `nas` can ra
 """
 from __future__ import annotations
 
-__all__ = ["ConfigError", "QuantizationError", "RunDirError", "TrainingDiverged"]
+import re
+from typing import Mapping
+
+__all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationError", "RunDirError",
+           "TrainingDiverged"]
+
+
+class NamesParameters(Exception):
+    """An error whose message names the parameters of the library call it is about in backticks
+    (`` `max_drop` ``), as the library knows them; a front end shows them under its own names (`named`: the CLI
+    maps them to its flags, `nas.cli.flags`)."""
+
+    def named(self, names: Mapping[str, str]) -> str:
+        """The message with each `` `parameter` `` that `names` maps written as its name there."""
+        return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), str(self))
 
 
 class ConfigError(ValueError):
     """A config file or override is malformed (the message names the key or path)."""
+
+
+class ParameterError(NamesParameters, ConfigError):
+    """An argument of a library call is invalid (the message names the parameter, see `NamesParameters`)."""
 
 
 class RunDirError(ValueError):
@@ -20,5 +38,6 @@ class TrainingDiverged(ArithmeticError):
     last good state (the message names the stage and step)."""
 
 
-class QuantizationError(ArithmeticError):
-    """An INT8 model lost more of its task metric than allowed (the message gives both metrics and the bound)."""
+class QuantizationError(NamesParameters, ArithmeticError):
+    """An INT8 model lost more of its task metric than allowed (the message gives both metrics and the bound, and
+    names the parameter that sets the bound)."""

@@ -22,7 +22,6 @@ from typing import Sequence
 
 import torch
 
-from hw_cost.lut import LutCostModel
 from search_spaces import arch_key
 
 from .baselines.scoring import check_baselines, evaluate_baselines
@@ -30,7 +29,7 @@ from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
 from .distributed import Distributed, start
-from .errors import RunDirError
+from .errors import ParameterError, RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .ranking.probe import score_probe
@@ -82,8 +81,9 @@ def _faster_thread_count(one_thread_s: float, all_cores_s: float, cores: int) ->
 
 
 def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None,
-                resume: bool) -> tuple[RunConfig, RunDir]:
-    """Resolve the config and the run directory; on resume the config must match the run's own.
+                resume: bool) -> tuple[RunConfig, RunDir, torch.device]:
+    """Resolve the config, the run directory and the device the run's stages run on (`resolve_device`: recorded
+    in the config as "cpu" or "cuda"); on resume the config must match the run's own.
 
     Nothing is written yet: `run_search` creates the directory once data, space and cost model all load. Under
     torchrun, the processes join their process group here, once each has checked the run directory.
@@ -92,7 +92,7 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
     run_dir = RunDir(out if out is not None else Path("runs") / config.name)
     if resume:
         if not run_dir.exists():
-            raise ConfigError(f"--resume: {run_dir.path} holds no run (no config.yaml)")
+            raise ParameterError(f"`resume`: {run_dir.path} holds no run (no config.yaml)")
         recorded = load_config(run_dir.config)
         if config.threads == 0:
             config.threads = recorded.threads
@@ -100,13 +100,13 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             config.device = recorded.device
         diff = first_difference(config.to_dict(), recorded.to_dict())
         if diff:
-            raise ConfigError(f"--resume: {diff} differs from {run_dir.config}; resume with the same config and "
-                              "overrides, or start a new run with --out")
+            raise ParameterError(f"`resume`: {diff} differs from {run_dir.config}; resume with the same config and "
+                                 "overrides, or start a new run with `out`")
         config = recorded
     else:
         if run_dir.path.exists() and any(run_dir.path.iterdir()):
-            raise ConfigError(f"run directory {run_dir.path} exists and is not empty; use --resume to continue it "
-                              "or --out for a new one")
+            raise ParameterError(f"run directory {run_dir.path} exists and is not empty; use `resume` to continue it "
+                                 "or `out` for a new one")
         if config.threads == 0:
             launch = Distributed.from_environment()
             # processes sharing a machine share its cores (probing them at once would measure each other)
@@ -114,9 +114,10 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
                               else max(1, (os.cpu_count() or 1) // launch.local_world_size))
     if config.supernet_from:
         supernet_source(config)  # checked before anything is written
-    config.device = resolve_device(config.device)
-    start(config.device).barrier()  # every process has checked the directory before rank 0 creates it
-    return config, run_dir
+    device = resolve_device(config.device, Distributed.from_environment().local_rank)
+    config.device = device.type
+    start(device.type).barrier()  # every process has checked the directory before rank 0 creates it
+    return config, run_dir, device
 
 
 class StageClock:
@@ -189,10 +190,10 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
     return strategy
 
 
-def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> list[dict]:
-    """Run (or resume) the whole search; returns the candidate rows written to candidates.csv (in every process
-    of a torchrun launch)."""
-    ctx = build_context(config, run_dir, progress)
+def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progress: bool = True) -> list[dict]:
+    """Run (or resume) the whole search on `device` (`prepare_run`'s); returns the candidate rows written to
+    candidates.csv (in every process of a torchrun launch)."""
+    ctx = build_context(config, run_dir, device, progress)
     dist = ctx.dist
     if dist.enabled and not config.search.strategy_class.scales_out:
         scaling = ", ".join(name for name, cls in STRATEGIES.items() if cls.scales_out)
@@ -211,7 +212,7 @@ def run_search(config: RunConfig, run_dir: RunDir, progress: bool = True) -> lis
         logger.info("run %s: %s; cost model %s; %d threads on %s%s", run_dir.path, ctx.space.describe(),
                     ctx.cost_model.name, config.threads, ctx.device,
                     f", {dist.world_size} processes" if dist.enabled else "")
-        if isinstance(ctx.cost_model, LutCostModel):
+        if ctx.cost_model.table is not None:  # measured latencies: checked against this machine
             clock.start("latency correction")
             if dist.is_main:  # measured by one process, on an otherwise idle machine
                 correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct,
@@ -320,17 +321,19 @@ def _write_warnings(run_dir: RunDir, lines: list[str]) -> None:
 
 def probe_run(run_dir, overrides: Sequence[str] = (), progress: bool = True) -> dict[str, dict]:
     """`vpunas probe`: the probe set of a run with a trained supernet, trained where the cache lacks it and scored
-    on the run's supernet; probe.csv written, report.html rebuilt when the run has finished. `overrides`
-    (`probe.archs=N`, `probe.epochs=E`) change the probe set, nothing else of the run."""
+    on the run's supernet, on the run's device; probe.csv written, report.html rebuilt when the run has finished.
+    `overrides` (`probe.archs=N`, `probe.epochs=E`) change the probe set, `device=D` where it trains (a run of a
+    GPU probed on a machine without one: `device=cpu`), nothing else of the run."""
     if not run_dir.exists():
         raise FileNotFoundError(f"{run_dir.path} holds no run (no config.yaml)")
-    wrong = [o for o in overrides if not o.startswith("probe.")]
+    wrong = [o for o in overrides if not o.startswith(("probe.", "device="))]
     if wrong:
-        raise ConfigError(f"{wrong[0]}: vpunas probe changes the probe set only (probe.archs=N, probe.epochs=E)")
+        raise ConfigError(f"{wrong[0]}: vpunas probe changes only the probe set (probe.archs=N, probe.epochs=E) and "
+                          "where it trains (device=cpu)")
     config = load_config(run_dir.config, list(overrides))
     if config.probe.archs == 0:
         raise ConfigError("probe.archs: 0 means no probe set; give probe.archs=N (N >= 2)")
-    ctx = build_context(config, run_dir, progress)
+    ctx = build_context(config, run_dir, resolve_device(config.device), progress)
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, config.train).to(ctx.device)
     evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, config.train.channels_last)
     stats = score_probe(ctx, evaluator, train=True)

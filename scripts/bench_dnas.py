@@ -29,10 +29,9 @@ from pathlib import Path
 import torch
 
 from hw_cost import load_cost_model
-from hw_cost.lut import LutCostModel
 from nas.config import load_config
-from nas.context import build_task_and_space
-from nas.latency.lut_validation import load_run_correction, measure_here, measured_latencies
+from nas.context import build_task_and_space, run_cost_model
+from nas.latency.lut_validation import measure_here, measured_latencies
 from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
@@ -61,11 +60,10 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
     finalised archs, all measured here; printed and returned."""
     run = RunDir(run_dir)
     config = load_config(run.config)
-    cost = load_cost_model(config.cost.model, **config.cost.options())
-    if not isinstance(cost, LutCostModel):
+    cost = run_cost_model(config, run)  # the table as the run used it: a target relative to the space resolves alike
+    if cost.table is None:
         raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
                          "latency table of this machine (lut:...)")
-    load_run_correction(cost, run)  # the table as the run used it: a target relative to the space resolves alike
     space = build_task_and_space(config)[1]
     target = config.search.latency_target_ms(space, cost)
     ours, metric = _finalised(run)
@@ -122,7 +120,7 @@ def main() -> None:
 
     config = load_config(args.config)
     task, space = build_task_and_space(config)
-    cost_model = load_cost_model(config.cost.model, **config.cost.options())
+    cost_model = load_cost_model(config.cost.spec, **config.cost.options())
     _, x, y = next(task.train_batches(0))
     x = in_layout(x, config.train.channels_last)
     with tempfile.TemporaryDirectory() as tmp:

@@ -28,7 +28,7 @@ from nas.baselines.trainer import FixedNetwork, StandaloneTrainer
 from nas.config import load_config
 from nas.training.finalize import LockstepTrainer
 from nas.runtime import keep_freed_memory
-from nas.context import build_task_and_space
+from nas.context import build_task_and_space, resolve_device
 from nas.training.supernet_training import SupernetTrainer, in_layout
 from nas.baselines.zoo import zoo_network
 
@@ -210,7 +210,7 @@ def main() -> None:
         args.overrides.insert(0, args.config)
         args.config = str(REPO / "configs" / "fmnist_mobilenet.yaml")
     keep_freed_memory()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = resolve_device("auto")
     with tempfile.TemporaryDirectory() as work:
         if args.imagenet:
             bench_imagenet(args, device, Path(work))

@@ -26,14 +26,13 @@ import math
 
 import torch
 
-from hw_cost import load_cost_model
 from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 from nas.config import load_config
 from nas.export.models import deployable_model
 from nas.reporting.report import fidelity_of
 from nas.rundir import RunDir, read_csv
 from nas.runtime import keep_freed_memory
-from nas.context import build_context, build_task_and_space
+from nas.context import build_context, build_task_and_space, npu_generation_model
 from nas.training.supernet_training import load_trained_supernet
 
 
@@ -63,14 +62,14 @@ def main() -> None:
     keep_freed_memory()
 
     run_dir = RunDir(args.run_dir)
-    ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
+    ctx = build_context(load_config(run_dir.config), run_dir, torch.device("cpu"), progress=False)  # measures here
     metric = ctx.task.metric
     rows = sorted((r for r in read_csv(run_dir.candidates) if r[f"final_{metric}"] != ""),
                   key=lambda r: float(r["latency_ms"]))
     if not rows:
         raise SystemExit(f"{run_dir.candidates} has no finalised archs (search.finalize.archs = 0?)")
     rows = [dict(r, arch=json.loads(r["arch"])) for r in rows]
-    vpunn = load_cost_model(f"vpunn:{args.vpunn}")
+    vpunn = npu_generation_model(ctx.config.cost, args.vpunn)
     vpunn_us = [vpunn.latency_ms(ctx.space.blocks(r["arch"])) * 1e3 for r in rows]
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
     models = [deployable_model(ctx, r, supernet)[0] for r in rows]
@@ -96,7 +95,7 @@ def main() -> None:
     tau = fidelity_of(rows, metric)
     print(f"ranking fidelity (Kendall tau, inherited vs finalised val {metric}, {len(rows)} archs): "
           f"{'n/a' if tau is None else f'{tau:.3f}'}")
-    if rows[0]["cost_model"].startswith("lut:"):
+    if ctx.cost_model.table is not None:  # the run predicted this kind of machine
         ratios = [ms / float(r["latency_ms"]) for r, ms in zip(rows, measured)]
         print(f"measured / predicted latency: {min(ratios):.2f} .. {max(ratios):.2f}")
     if anchors:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from nas.config import load_config
-from nas.context import build_context
+from nas.context import build_context, resolve_device
 from nas.ranking.accuracy_predictor import arch_features, held_out_predictions
 from nas.ranking.probe import figure_lines, probe_figures
 from nas.rundir import RunDir, atomic_write_text, read_csv
@@ -52,7 +52,7 @@ def main() -> None:
     for calib in args.calib:
         for eval_images in args.eval_images:
             config = load_config(run.config, [f"task.calib_images={calib}", f"task.eval_images={eval_images}"])
-            ctx = build_context(config, run, progress=False)
+            ctx = build_context(config, run, resolve_device("auto"), progress=False)  # this machine's
             metric = ctx.task.metric
             supernet = load_trained_supernet(ctx.space, run.supernet_checkpoint, config.train).to(ctx.device)
             evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, config.train.channels_last)

@@ -61,7 +61,7 @@ def _measure(rank: int, world: int, args: argparse.Namespace, folder: str) -> No
         trainer.train_step(x, y, trainer.step_archs(epoch, step))
         if i:
             timed, images = timed + time.perf_counter() - started, images + len(x)
-    cost_model = load_cost_model(config.cost.model, **config.cost.options())
+    cost_model = load_cost_model(config.cost.spec, **config.cost.options())
     evaluator = ArchEvaluator(space, trainer.supernet, task, cost_model, config.train.channels_last)
     archs = space.spread_sample(args.archs + world, np.random.default_rng([config.seed, 5]))
     dist.map(evaluator.evaluate, archs[:world])  # one warm-up arch per process

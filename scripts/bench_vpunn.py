@@ -1,5 +1,5 @@
 """Benchmark of the VPUNN runtime (numba-compiled rules, numpy NN) against the figures of Intel's C++ runtime
-(vpunn-reference.md §9).
+(docs/vpunn.md §11).
 
     .venv/bin/python scripts/bench_vpunn.py [--model-dir DIR] [--threads 1 2] [--repeat R]
 
@@ -28,13 +28,13 @@ from hw_cost.vpunn.paths import find_model_dir
 from hw_cost.vpunn.sanitizer import check, sanitize
 from hw_cost.vpunn.workload import F, workloads_to_matrix
 
-# Intel's C++ runtime, one thread: microseconds per workload (2.x: this machine, vpunn-reference.md §9; 4.0 / 5.1:
-# a 2-core AMD EPYC, npu45/README.md; no vector-call figure published for those)
+# Intel's C++ runtime, one thread: microseconds per workload (2.x: this machine, docs/vpunn.md §11; 4.0 / 5.1:
+# a 2-core AMD EPYC, tests/data/vpunn-vectors/npu45/README.md; no vector-call figure published for those)
 CPP_SINGLE_US = {"vpu_2_0": 36.5, "vpu_2_0.fast": 8.0, "vpu_2_7": 51.5, "vpu_2_7.fast": 19.5, "vpu_4_0": 33.0,
                  "vpu_5_1": 29.5}
 CPP_VECTOR_US = {"vpu_2_0": 29.0, "vpu_2_0.fast": 5.1, "vpu_2_7": 41.0, "vpu_2_7.fast": 12.0}
 # Layer() auto strategy per layer, cold / warm cache: 2.7 with 2 tiles (3 strategies); 4.0 and 5.0 with 4 tiles
-# (7 strategies, npu45/README.md)
+# (7 strategies, tests/data/vpunn-vectors/npu45/README.md)
 CPP_LAYER_MS = {"VPU_2_7": (1.6, 0.3), "VPU_4_0": (8.1, 0.84), "NPU_5_0": (7.0, 0.7)}
 #: model file stem -> device
 STEMS = {"vpu_2_7": VPUDevice.VPU_2_7, "vpu_2_7.fast": VPUDevice.VPU_2_7, "vpu_2_0": VPUDevice.VPU_2_0,

@@ -1,7 +1,9 @@
 """Shared test settings: a private HOME (NNI, OpenVINO and ONNX Runtime write there), one torch thread, the
-allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels held to AVX2."""
+allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels held to AVX2. And what several test
+files share: the overrides that shrink a smoke run, small spaces, the strategies' toy problem, the smoke run."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -15,6 +17,31 @@ CONFIGS = REPO / "configs"
 #: reference outputs of the official VPUNN runtime that the VPUNN tests compare against (a copy, see its README)
 VPUNN_VECTORS = REPO / "tests" / "data" / "vpunn-vectors"
 SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")
+
+# Overrides that shrink a smoke config's run to seconds, each named for what it shrinks; tests combine them.
+#: the training split cut to 256 images in batches of 32 (8 supernet steps an epoch)
+TRAIN_ON_256 = ["task.train_size=256", "task.batch_size=32"]
+#: the training split cut to 512 images in batches of 32 (16 steps an epoch)
+TRAIN_ON_512 = ["task.train_size=512", "task.batch_size=32"]
+#: batch norm recalibrated on 64 images, each arch scored on 128 val images
+SCORE_ON_128 = ["task.calib_images=64", "task.eval_images=128"]
+#: batch norm recalibrated on 64 images, each arch scored on 200 val images (one image: 0.5 points of top-1)
+SCORE_ON_200 = ["task.calib_images=64", "task.eval_images=200"]
+#: the evolution cut to one generation of four archs
+EVOLVE_ONE_GENERATION = ["search.evolution.population=4", "search.evolution.generations=1"]
+#: the evolution cut to two generations of four archs
+EVOLVE_TWO_GENERATIONS = ["search.evolution.population=4", "search.evolution.generations=2"]
+#: two archs finalised for a quarter of an epoch (screened for a tenth), without INT8 scores
+FINALIZE_TWO_BRIEFLY = ["search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
+                        "search.finalize.int8=false"]
+#: no finalisation at all
+NO_FINALIZATION = ["search.finalize.archs=0"]
+#: no baselines scored
+NO_BASELINES = ["baselines=[]"]
+#: a classification smoke search in seconds: a sliver of the data, one epoch, two generations of four, two archs
+#: finalised briefly, no baselines
+SEARCH_IN_SECONDS = [*TRAIN_ON_256, *SCORE_ON_128, "train.epochs=1", *EVOLVE_TWO_GENERATIONS, *FINALIZE_TWO_BRIEFLY,
+                     *NO_BASELINES]
 
 _home = tempfile.mkdtemp(prefix="vpunas-test-home-")
 os.environ["HOME"] = _home
@@ -52,6 +79,57 @@ def assert_descriptors_bit_exact(rows: list[dict], matrix, desc: list[dict], ver
     assert got.shape == (len(desc), size)
     mismatch = np.nonzero((got != ref).any(axis=1))[0]
     assert len(mismatch) == 0, [desc[i]["id"] for i in mismatch[:5]]
+
+
+def small_mobilenet_space(**overrides):
+    """A two-stage MobileNet space of 1x28x28 inputs (`MobileNetSpaceConfig` fields in `overrides`)."""
+    from search_spaces import build_space
+    from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig
+
+    overrides.setdefault("stages", [MobileNetStageConfig(16, 1, [1, 2]), MobileNetStageConfig(24, 2, [2, 3])])
+    cfg = MobileNetSpaceConfig(stem_width=8, stem_stride=2, first_width=8, head_width=32, **overrides)
+    return build_space(cfg, input_shape=(1, 28, 28), num_outputs=10)
+
+
+@functools.cache
+def toy_problem() -> tuple:
+    """(space, target arch) of the search strategies' toy problem: `small_mobilenet_space`, whose optimum is one
+    sampled arch (`toy_record`)."""
+    import numpy as np
+
+    space = small_mobilenet_space()
+    return space, space.sample(np.random.default_rng(42))
+
+
+def toy_record(arch: dict) -> dict:
+    """The toy problem's record of `arch`: score = closeness to the target (optimum 0 there); latency: the arch's
+    total gene value."""
+    import numpy as np
+
+    from search_spaces import arch_key
+
+    space, target = toy_problem()
+    genes, target_genes = space.encode(arch), space.encode(target)
+    active = space.encode(space.decode(genes))  # canonical genes
+    return {"key": arch_key(arch), "arch": arch, "score": -float(np.abs(active - target_genes).sum()),
+            "latency_ms": float(genes.sum()) + 1.0}
+
+
+def vpunn_layer_of_row(r: dict):
+    """The `dpu_layer` of a row of the VPUNN layer vectors (vpunn_layer.csv, npu45_layer.csv)."""
+    from hw_cost.vpunn import ActivationFunction, DataType, Operation, VPUDevice, dpu_layer
+
+    g = lambda k: int(r[k])  # noqa: E731
+    return dpu_layer(VPUDevice[r["device"]], Operation[r["operation"]], (g("in_w"), g("in_h"), g("in_c")),
+                     (g("out_w"), g("out_h"), g("out_c")), kernel=(g("k_w"), g("k_h")), stride=(g("s_w"), g("s_h")),
+                     padding=(g("pad_top"), g("pad_bottom"), g("pad_left"), g("pad_right")),
+                     dtype=DataType[r["in_dtype"]], out_dtype=DataType[r["out_dtype"]],
+                     activation=ActivationFunction[r["activation"]])
+
+
+def int_list(text: str) -> str:
+    """A vector file's ";"-separated numbers as integers ("" stays "")."""
+    return ";".join(str(int(float(v))) for v in text.split(";")) if text else ""
 
 
 def sampled_archs(space, count: int = 20, seed: int = 0) -> list[dict]:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import CONFIGS, SMOKE, VPUNN_VECTORS
+from conftest import CONFIGS, SMOKE, TRAIN_ON_256, VPUNN_VECTORS
 from nas.cli import main
 from nas.rundir import RunDir
 
@@ -25,7 +25,7 @@ TABLE = CONFIGS / "luts" / "fmnist_mobilenet_openvino_cpu.json"
 SR_SMOKE = str(CONFIGS / "sr_edsr_x2_smoke.yaml")
 RESNET_SMOKE = str(CONFIGS / "fmnist_resnet_smoke.yaml")
 #: a smoke search cut to a few steps, for cases that fail only once training runs
-TINY = ["task.train_size=256", "task.batch_size=32", "train.epochs=1"]
+TINY = [*TRAIN_ON_256, "train.epochs=1"]
 
 
 @dataclass
@@ -252,6 +252,21 @@ def test_a_mistake_is_one_line_exit_2_and_nothing_lost(case, tmp_path, capsys, r
         assert _files(run.path) == before  # the run directory is as it was
     elif case is not CASES["diverging loss"]:  # that one keeps its last good checkpoint (below)
         assert not out.exists()  # nothing half-written
+
+
+def test_library_errors_name_parameters_which_the_cli_shows_as_flags(tmp_path):
+    """The export library names its own parameters; `vpunas export` says the same with its flags (CASES)."""
+    from nas.cli.flags import as_flags
+    from nas.errors import ConfigError, ParameterError
+    from nas.export.models import export_arch
+
+    with pytest.raises(ParameterError, match=r"^`precision` int8 needs `fmt` openvino"):
+        export_arch(RunDir(tmp_path), "0", "onnx", precision="int8")
+    with pytest.raises(ConfigError, match=r"^--precision int8 needs --format openvino"):
+        with as_flags(fmt="--format", precision="--precision"):
+            export_arch(RunDir(tmp_path), "0", "onnx", precision="int8")
+    with pytest.raises(ParameterError, match=r"^`max_drop` -1: must be >= 0"):
+        export_arch(RunDir(tmp_path), "0", "openvino", precision="int8", max_drop=-1)
 
 
 def test_a_diverging_run_keeps_its_last_good_checkpoint(tmp_path, capsys):

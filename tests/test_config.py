@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hw_cost import CostModelError, CostModelSpec
 from nas.baseline_entries import ZooBaseline
 from nas.config import ConfigError, load_config
 from conftest import CONFIGS, REPO
@@ -26,7 +27,26 @@ def test_shipped_configs_load():
 def test_relative_paths_resolve_against_the_config_folder(tmp_path):
     config = load_config(write(tmp_path, {"cost": {"model": "lut:tables/t.json"}, "task": {"root": "data"}}))
     assert config.cost.model == f"lut:{tmp_path / 'tables' / 't.json'}"
+    assert config.cost.spec == CostModelSpec("lut", str(tmp_path / "tables" / "t.json"))
     assert config.task.root == str(tmp_path / "data")
+
+
+def test_a_cost_model_spec_is_read_once_into_kind_and_argument():
+    spec = CostModelSpec.parse("vpunn:VPU_2_7.fast")
+    assert (spec.kind, spec.argument, str(spec)) == ("vpunn", "VPU_2_7.fast", "vpunn:VPU_2_7.fast")
+    assert CostModelSpec.parse("lut:C:/tables/t.json").argument == "C:/tables/t.json"  # split at the first colon
+    assert load_config(CONFIGS / "fmnist_mobilenet.yaml").cost.spec == CostModelSpec("vpunn", "VPU_2_7")
+    for text in ("oracle:x", "vpunn", "vpunn:", ":VPU_2_7", ""):
+        with pytest.raises(CostModelError, match=r"^unknown cost model .*; expected one of: lut:\.\.\., vpunn:"):
+            CostModelSpec.parse(text)
+
+
+@pytest.mark.parametrize("model", ["oracle", "vpunn:", "nnmeter:cortexA76"])
+def test_a_bad_cost_model_spec_is_one_line_naming_the_key(tmp_path, model):
+    with pytest.raises(ConfigError) as error:
+        load_config(write(tmp_path, {"cost": {"model": model}}))
+    assert str(error.value).startswith(f"cost.model: unknown cost model {model!r}; expected one of: lut:..., vpunn:")
+    assert "\n" not in str(error.value)
 
 
 def test_overrides_apply_and_are_typed(tmp_path):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS, REPO
+from conftest import CONFIGS, REPO, SCORE_ON_200, TRAIN_ON_512
 from hw_cost import load_cost_model
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -37,7 +37,7 @@ COSTED = [(family, spec) for family, entry in FAMILIES.items() for spec in entry
 #: choices that change no cost block (EDSR's residual scaling is folded into a conv's weights)
 COST_FREE = {"res_scale"}
 #: a tiny, fast version of the smoke run for the strategy's own tests
-TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200"]
+TINY = [*TRAIN_ON_512, *SCORE_ON_200]
 
 
 def dnas_config(*overrides, **search_keys):

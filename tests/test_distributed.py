@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-from conftest import REPO, SMOKE
+from conftest import (EVOLVE_TWO_GENERATIONS, NO_BASELINES, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE,
+                      TRAIN_ON_256)
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.distributed import Distributed
@@ -31,9 +32,8 @@ from search_spaces.elastic import ElasticBatchNorm2d
 #: summation order grow to percents of the weights within 8 steps (as they do between 1 and 2 threads of one
 #: process), and near-chance top-1 (13-30 % after 16 steps) moved by up to 4.5 points between 1 and 2 processes
 TRAIN_TOP1_TOLERANCE = 6.0
-SMALL = ["task.train_size=256", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",
-         "search.evolution.population=4", "search.evolution.generations=2", "search.finalize.archs=0",
-         "baselines=[]", "threads=1", "adapt_threads=false"]
+SMALL = [*TRAIN_ON_256, *SCORE_ON_200, *EVOLVE_TWO_GENERATIONS, *NO_FINALIZATION, *NO_BASELINES, "threads=1",
+         "adapt_threads=false"]
 
 
 class _Tiny(nn.Module):
@@ -111,10 +111,23 @@ def test_device_key(tmp_path):
     assert load_config(SMOKE, ["device=cpu"]).device == "cpu"
     with pytest.raises(ConfigError, match="device: unknown 'tpu'; valid: auto, cpu, cuda"):
         load_config(SMOKE, ["device=tpu"])
-    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
-    if not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="no CUDA device"):
-            resolve_device("cuda")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == (torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu"))
+
+
+def test_a_requested_gpu_that_is_not_there_is_one_line(tmp_path, monkeypatch, capsys):
+    """The run's device is resolved once, when it starts: `auto` takes the CPU where torch finds no CUDA device,
+    `cuda` is then an error of one line, before the run directory is made; process `local_rank` of a torchrun
+    launch takes CUDA device `local_rank`."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    out = tmp_path / "run"
+    assert main(["search", SMOKE, "device=cuda", "threads=1", "--out", str(out), "--no-progress"]) == 2
+    assert capsys.readouterr().err == ("vpunas: error: device: cuda, but torch finds no CUDA device here (set device: "
+                                       "cpu or auto)\n")
+    assert not out.exists()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto", local_rank=1) == resolve_device("cuda", local_rank=1) == torch.device("cuda", 1)
 
 
 def _torchrun(*args: str) -> str:

@@ -6,19 +6,10 @@ import pytest
 from nas.training.evaluation import CachedEvaluator
 from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
 from nas.rundir import EvaluationJournal
+from conftest import toy_problem, toy_record
 from search_spaces import arch_key
-from test_mobilenet_space import small_space
 
-SPACE = small_space()
-TARGET = SPACE.sample(np.random.default_rng(42))
-
-
-def toy_record(arch):
-    """Metric: closeness to TARGET (optimum 0 at TARGET); latency: the arch's total gene value."""
-    genes, target = SPACE.encode(arch), SPACE.encode(TARGET)
-    active = SPACE.encode(SPACE.decode(genes))  # canonical genes
-    return {"key": arch_key(arch), "arch": arch, "score": -float(np.abs(active - target).sum()),
-            "latency_ms": float(genes.sum()) + 1.0}
+SPACE, TARGET = toy_problem()
 
 
 def run(seed, limit=None, generations=12, evaluate=None, extra=()):

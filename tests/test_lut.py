@@ -93,7 +93,7 @@ def test_shipped_table_covers_the_space_of_its_configs():
     from nas.context import build_task_and_space
 
     config = load_config(CONFIGS / "fmnist_mobilenet_dnas.yaml")
-    table = LatencyTable.load(config.cost.model[4:])
+    table = LatencyTable.load(config.cost.spec.argument)
     _, space = build_task_and_space(config)
     assert {b.key for b in space.all_blocks()} == set(table.entries)
     meta = table.metadata

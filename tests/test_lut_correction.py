@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch.nn as nn
 
-from conftest import CONFIGS, SMOKE
+from conftest import CONFIGS, EVOLVE_ONE_GENERATION, NO_BASELINES, SMOKE
 from hw_cost import Block, CostModelError
 from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
 from hw_cost.profiler import OpenVinoProfiler
@@ -153,15 +153,15 @@ def test_a_run_on_a_foreign_table_uses_its_correction_throughout(tmp_path, capsy
     table["metadata"]["host"] = "another-machine"  # whatever machine runs the test, the table comes from elsewhere
     foreign.write_text(json.dumps(table))
     short = ["task.train_size=128", "task.batch_size=32", "task.eval_images=64", "task.calib_images=32",
-             "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
-             "search.finalize.archs=1", "search.finalize.screen_archs=0", "search.finalize.epochs=0.1", "baselines=[]",
-             f"cost.model=lut:{foreign}", "cost.correct=always", "cost.correction_archs=4"]
+             "train.epochs=1", *EVOLVE_ONE_GENERATION, "search.finalize.archs=1", "search.finalize.screen_archs=0",
+             "search.finalize.epochs=0.1", *NO_BASELINES, f"cost.model=lut:{foreign}", "cost.correct=always",
+             "cost.correction_archs=4"]
     assert main(["search", SMOKE, *short, "--out", str(out), "--no-progress"]) == 0
     record = json.loads((out / CORRECTION_FILE).read_text())
     assert record["applied"] and record["measured_elsewhere"]["host"] == "another-machine"
     config = load_config(out / "config.yaml")
     space = build_task_and_space(config)[1]
-    model = LutCostModel.from_file(config.cost.model[4:])
+    model = LutCostModel.from_file(config.cost.spec.argument)
     load_run_correction(model, RunDir(out))
     rows = read_csv(RunDir(out).candidates)
     assert rows

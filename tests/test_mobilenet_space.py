@@ -2,21 +2,15 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SMOKE, sampled_archs
+from conftest import SMOKE, sampled_archs, small_mobilenet_space
 from hw_cost import load_cost_model
 from nas.config import load_config
 from search_spaces import ArchError, arch_key, build_space
-from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig as StageConfig
-
-
-def small_space(**overrides):
-    overrides.setdefault("stages", [StageConfig(16, 1, [1, 2]), StageConfig(24, 2, [2, 3])])
-    cfg = MobileNetSpaceConfig(stem_width=8, stem_stride=2, first_width=8, head_width=32, **overrides)
-    return build_space(cfg, input_shape=(1, 28, 28), num_outputs=10)
+from search_spaces.mobilenet import MobileNetStageConfig as StageConfig
 
 
 def test_arch_is_plain_json_and_round_trips_through_genes():
-    space = small_space()
+    space = small_mobilenet_space()
     for arch in sampled_archs(space):
         assert all(len(k) == d for k, d in zip(arch["kernel"], arch["depth"]))
     assert space.largest() == {"depth": [2, 3], "kernel": [[7, 7], [7, 7, 7]], "expand": [[6, 6], [6, 6, 6]]}
@@ -32,11 +26,11 @@ def test_arch_is_plain_json_and_round_trips_through_genes():
 ])
 def test_invalid_archs_name_the_field(arch, field):
     with pytest.raises(ArchError, match=field):
-        small_space().validate(arch)
+        small_mobilenet_space().validate(arch)
 
 
 def test_mutation_changes_only_some_genes_and_is_seeded():
-    space = small_space()
+    space = small_mobilenet_space()
     arch = space.largest()
     a = space.mutate(arch, np.random.default_rng(1), prob=0.3)
     b = space.mutate(arch, np.random.default_rng(1), prob=0.3)
@@ -44,7 +38,7 @@ def test_mutation_changes_only_some_genes_and_is_seeded():
     assert space.mutate(arch, np.random.default_rng(1), prob=0.0) == arch
 
 
-@pytest.mark.parametrize("make_space", [small_space, lambda: stage_t1_space(), lambda: se_space()])
+@pytest.mark.parametrize("make_space", [small_mobilenet_space, lambda: stage_t1_space(), lambda: se_space()])
 def test_an_arch_has_a_block_per_layer_group(make_space):
     """Stem, first block, one block per searched block, head (tests/test_space_contract.py: what they hold)."""
     space = make_space()
@@ -55,15 +49,16 @@ def test_an_arch_has_a_block_per_layer_group(make_space):
 
 def stage_t1_space():
     """The small space whose first stage also searches ratio 1 (no expand conv)."""
-    return small_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [2, 3])])
+    return small_mobilenet_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]),
+                                         StageConfig(24, 2, [2, 3])])
 
 
 def se_space():
     """The small space with MobileNetV3's settings: a relu first block and stage (with squeeze-excite and ratio 1),
     then hardswish; squeeze-excite in the last stage too."""
-    return small_space(activation="hardswish", first_activation="relu",
-                       stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3], se=True, activation="relu"),
-                               StageConfig(24, 2, [1, 2]), StageConfig(24, 1, [1, 2], se=True)])
+    return small_mobilenet_space(activation="hardswish", first_activation="relu",
+                                 stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3], se=True, activation="relu"),
+                                         StageConfig(24, 2, [1, 2]), StageConfig(24, 1, [1, 2], se=True)])
 
 
 def test_squeeze_excite_follows_the_active_expanded_width():
@@ -95,8 +90,8 @@ def test_block_keys_name_squeeze_excite_and_activation():
     assert keys[2:5] == ["mbconv|k3|e3|mid24|in8x14x14|out16|s1|relu|se8",
                          "mbconv|k3|e3|mid48|in16x14x14|out24|s2|hardswish",
                          "mbconv|k3|e3|mid72|in24x7x7|out24|s1|hardswish|se24"]
-    plain = small_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [1, 2]),
-                                StageConfig(24, 1, [1, 2])])
+    plain = small_mobilenet_space(stages=[StageConfig(16, 1, [1, 2], expand_ratios=[1, 3]), StageConfig(24, 2, [1, 2]),
+                                          StageConfig(24, 1, [1, 2])])
     assert [b.key for b in plain.blocks(arch)][2:5] == ["mbconv|k3|e3|mid24|in8x14x14|out16|s1|relu6",
                                                         "mbconv|k3|e3|mid48|in16x14x14|out24|s2|relu6",
                                                         "mbconv|k3|e3|mid72|in24x7x7|out24|s1|relu6"]
@@ -152,15 +147,15 @@ def test_ratio_1_trains_weights_of_its_own():
 
 def test_space_config_errors_name_the_field():
     with pytest.raises(ArchError, match="expand_ratios"):
-        small_space(expand_ratios=[0, 3])
+        small_mobilenet_space(expand_ratios=[0, 3])
     with pytest.raises(ArchError, match=r"stages\[1\].expand_ratios"):
-        small_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], expand_ratios=[])])
+        small_mobilenet_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], expand_ratios=[])])
     with pytest.raises(ArchError, match="kernel_sizes"):
-        small_space(kernel_sizes=[2, 3])
+        small_mobilenet_space(kernel_sizes=[2, 3])
     with pytest.raises(ArchError, match=r"stages\[1\].activation: 'gelu'"):
-        small_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], activation="gelu")])
+        small_mobilenet_space(stages=[StageConfig(16, 1, [1]), StageConfig(24, 2, [2], activation="gelu")])
     with pytest.raises(ArchError, match="first_activation"):
-        small_space(first_activation="swish")
+        small_mobilenet_space(first_activation="swish")
 
 
 def test_arch_key_is_canonical():
@@ -170,7 +165,7 @@ def test_arch_key_is_canonical():
 def test_block_key_names_the_expanded_width():
     """The same kernel and ratio at another channel divisor is another block: its key differs, its module too."""
     arch = {"depth": [1, 2], "kernel": [[3], [3, 3]], "expand": [[3], [3, 3]]}
-    by_divisor = {d: small_space(channel_divisor=d).blocks(arch) for d in (8, 32)}
+    by_divisor = {d: small_mobilenet_space(channel_divisor=d).blocks(arch) for d in (8, 32)}
     for narrow, wide in zip(by_divisor[8][2:-1], by_divisor[32][2:-1]):  # the searched blocks
         mids = [b.build().depthwise[0].out_channels for b in (narrow, wide)]
         assert (narrow.key == wide.key) == (mids[0] == mids[1]), (narrow.key, wide.key, mids)

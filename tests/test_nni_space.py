@@ -9,15 +9,14 @@ from nni.nas.experiment import NasExperiment
 from nni.nas.experiment.config import SequentialEngineConfig
 from nni.nas.strategy import RegularizedEvolution
 
-from conftest import CONFIGS
+from conftest import CONFIGS, small_mobilenet_space
 from hw_cost import load_cost_model
 from search_spaces import arch_key
 from search_spaces.nni_space import NniModelSpace
-from test_mobilenet_space import small_space
 
 
 def test_frozen_samples_are_subnets_with_inherited_weights():
-    space = small_space()
+    space = small_mobilenet_space()
     supernet = space.build_supernet().eval()
     model_space = NniModelSpace(space, supernet)
     assert sorted(model_space.simplify()) == sorted(c.label for c in space.choices)

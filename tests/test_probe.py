@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from conftest import REPO, SMOKE
 from nas.cli import main
@@ -110,7 +111,7 @@ def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     from nas.training.supernet_training import load_trained_supernet
 
     run = probed_run
-    ctx = build_context(load_config(run.config, ["probe.archs=2"]), run, progress=False)
+    ctx = build_context(load_config(run.config, ["probe.archs=2"]), run, torch.device("cpu"), progress=False)
     supernet = load_trained_supernet(ctx.space, run.supernet_checkpoint, ctx.config.train)
     evaluator = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model)
     assert score_probe(ctx, evaluator, train=False) is None and not run.probe.exists()
@@ -121,13 +122,16 @@ def test_a_run_scores_its_probe_set_when_the_cache_holds_it(probed_run):
     assert figures["inherited"]["archs"] == 2
 
 
-def test_probe_refuses_other_overrides_and_missing_runs(tmp_path, smoke_run, capsys):
+def test_probe_refuses_other_overrides_and_missing_runs(tmp_path, smoke_run, capsys, monkeypatch):
     assert main(["probe", str(smoke_run.path), "train.epochs=3"]) == 2
     assert main(["probe", str(tmp_path / "nothing")]) == 2
     assert main(["probe", str(smoke_run.path), "probe.archs=1"]) == 2
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU run probed where there is none
+    assert main(["probe", str(smoke_run.path), "device=cuda"]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
-    assert len(errors) == 3 and all(line.startswith("vpunas: error: ") for line in errors)
-    assert "probe set only" in errors[0] and "no config.yaml" in errors[1] and "probe.archs" in errors[2]
+    assert len(errors) == 4 and all(line.startswith("vpunas: error: ") for line in errors)
+    assert "changes only the probe set" in errors[0] and "no config.yaml" in errors[1] and "probe.archs" in errors[2]
+    assert "device: cuda, but torch finds no CUDA device here" in errors[3]
 
 
 def test_accuracy_predictor_ranks_held_out_archs_of_a_toy_set(space):

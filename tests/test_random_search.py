@@ -7,17 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO, SMOKE
+from conftest import REPO, SEARCH_IN_SECONDS, SMOKE
 from nas.cli import main
 from nas.strategies.random_search import RandomConfig, sample_archs
 from nas.rundir import RunDir
 from search_spaces import arch_key
 
-#: a classification smoke search in seconds (as test_readme's SHORT, two generations of four)
-TINY = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
-        "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=2",
-        "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
-        "search.finalize.int8=false", "baselines=[]"]
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +58,12 @@ def test_bad_random_settings_are_one_line(capsys):
 
 def test_supernet_from_refuses_another_recipe(tmp_path, capsys):
     source = tmp_path / "source"
-    assert main(["search", SMOKE, *TINY, "--out", str(source), "--no-progress"]) == 0
+    assert main(["search", SMOKE, *SEARCH_IN_SECONDS, "--out", str(source), "--no-progress"]) == 0
     capsys.readouterr()
     for override, message in (("train.lr=0.5", "its train.lr differs from this run's"),
                               ("seed=1", "its seed differs"),
                               ("search.strategy=differentiable", "trains a supernet of its own")):
-        assert main(["search", SMOKE, *TINY, override, f"supernet_from={source}", "--out",
+        assert main(["search", SMOKE, *SEARCH_IN_SECONDS, override, f"supernet_from={source}", "--out",
                      str(tmp_path / "other")]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "other").exists()  # nothing written
@@ -76,8 +71,8 @@ def test_supernet_from_refuses_another_recipe(tmp_path, capsys):
 
 def test_bench_search_compares_search_and_random_on_one_supernet(tmp_path):
     out = tmp_path / "bench"
-    proc = subprocess.run([sys.executable, "scripts/bench_search.py", SMOKE, *TINY, "--seeds", "0", "--bins", "3",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "scripts/bench_search.py", SMOKE, *SEARCH_IN_SECONDS, "--seeds", "0",
+                           "--bins", "3", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "search - uniform" in proc.stdout and "search - binned" in proc.stdout
     report = json.loads((out / "bench_search.json").read_text())["seeds"]["0"]
@@ -89,8 +84,8 @@ def test_bench_search_compares_search_and_random_on_one_supernet(tmp_path):
             assert "supernet: taken from" in run.log.read_text()
             assert (run.supernet_checkpoint.read_bytes()
                     == RunDir(out / "seed0" / "search").supernet_checkpoint.read_bytes())
-    again = subprocess.run([sys.executable, "scripts/bench_search.py", SMOKE, *TINY, "--seeds", "0", "--bins", "3",
-                            "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    again = subprocess.run([sys.executable, "scripts/bench_search.py", SMOKE, *SEARCH_IN_SECONDS, "--seeds", "0",
+                            "--bins", "3", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and json.loads((out / "bench_search.json").read_text())["seeds"]["0"] == {
         **report, "seconds_this_call": {"search": 0.0, "uniform": 0.0, "binned": 0.0}}  # finished runs reused
 

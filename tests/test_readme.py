@@ -15,7 +15,8 @@ import sys
 import pytest
 import yaml
 
-from conftest import CONFIGS, REPO, SMOKE, VPUNN_VECTORS
+from conftest import (CONFIGS, EVOLVE_ONE_GENERATION, FINALIZE_TWO_BRIEFLY, NO_BASELINES, REPO, SCORE_ON_128, SMOKE,
+                      TRAIN_ON_256, VPUNN_VECTORS)
 from nas.cli import main
 from nas.config import load_config
 from nas.rundir import read_csv
@@ -24,11 +25,9 @@ DEFAULT = str(CONFIGS / "fmnist_mobilenet.yaml")
 #: shrink a classification search to seconds: a sliver of the data, one short generation, two finalised archs (no
 #: run budget: with time to spare, the default's would finalise every arch, each scored on the whole val split;
 #: tests/test_finalize.py runs the budget)
-SHORT = ["task.train_size=256", "task.batch_size=32", "task.eval_images=128", "task.calib_images=64",
-         "task.test_images=1000", "train.epochs=1", "search.evolution.population=4", "search.evolution.generations=1",
-         "search.finalize.archs=2", "search.finalize.epochs=0.25", "search.finalize.screen_epochs=0.1",
-         "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0", "search.finalize.max_epochs=0",
-         "search.finalize.int8=false", "baselines=[]"]
+SHORT = [*TRAIN_ON_256, *SCORE_ON_128, "task.test_images=1000", "train.epochs=1", *EVOLVE_ONE_GENERATION,
+         *FINALIZE_TWO_BRIEFLY, "search.finalize.run_budget_minutes=0", "search.finalize.max_archs=0",
+         "search.finalize.max_epochs=0", *NO_BASELINES]
 #: the smallest space with four archs, enough for a table's validation (2 fit a correction, 2 check it)
 FOUR_ARCH_SPACE = ["space.stages=[{width: 8, stride: 1, depths: [1]}]", "space.kernel_sizes=[3, 5]",
                    "space.expand_ratios=[3, 4]"]

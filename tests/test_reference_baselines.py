@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import REPO, SMOKE
+from conftest import EVOLVE_ONE_GENERATION, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV, BaselineCache, cache_dir
 from nas.baseline_entries import read_baselines
 from nas.baselines import BASELINE_TYPES
@@ -29,9 +29,8 @@ from nas.rundir import RunDir, read_csv
 from nas.context import build_context
 
 #: a smoke search cut to a sliver: a few supernet steps, one generation, no finalisation, VPUNN latencies
-TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",
-        "train.epochs=0.5", "search.evolution.population=4", "search.evolution.generations=1",
-        "search.finalize.archs=0", "cost.model=vpunn:VPU_2_7"]
+TINY = [*TRAIN_ON_512, *SCORE_ON_200, "train.epochs=0.5", *EVOLVE_ONE_GENERATION, *NO_FINALIZATION,
+        "cost.model=vpunn:VPU_2_7"]
 MNV2 = {"name": "mnv2", "type": "reference", "network": "mobilenet_v2", "width": 0.35, "train_steps": 6}
 REFERENCES = "baselines=" + json.dumps([MNV2])
 
@@ -152,7 +151,8 @@ def test_report_and_paper_table_name_the_references(runs, capsys):
 def test_a_damaged_cache_entry_is_trained_again(runs, tmp_path, monkeypatch, caplog):
     first, _, cache = runs
     monkeypatch.setenv(CACHE_ENV, str(cache))
-    ctx = build_context(load_config(SMOKE, [*TINY, REFERENCES]), RunDir(tmp_path / "run"), progress=False)
+    ctx = build_context(load_config(SMOKE, [*TINY, REFERENCES]), RunDir(tmp_path / "run"), torch.device("cpu"),
+                        progress=False)
     key_path = next(p for p in cache.glob("mobilenet_v2-*.pt"))
     key_path.write_bytes(key_path.read_bytes()[:2000])
     with caplog.at_level(logging.INFO):
@@ -174,7 +174,7 @@ def test_cache_folder_follows_the_environment(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
     return build_context(load_config(SMOKE, [*TINY, "baselines=[]"]), RunDir(tmp_path_factory.mktemp("ctx")),
-                         progress=False)
+                         torch.device("cpu"), progress=False)
 
 
 @pytest.mark.parametrize("spec, message, on_its_own", [

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 from nas.reporting.arch_picture import arch_summary, arch_svg
@@ -65,6 +66,22 @@ def test_report_without_vpunn_when_the_config_no_longer_loads(smoke_run, tmp_pat
     page = RunDir(run).report_html.read_text()
     assert "VPUNN latency of VPU_2_0, VPU_2_7, VPU_4_0, NPU_5_0 left out" in page
     assert 'value="VPU_2_7"' not in page and 'value="cost"' in page
+
+
+def test_a_gpu_run_reads_back_on_a_machine_without_one(smoke_run, tmp_path, monkeypatch, capsys):
+    """A finished run's config names the device it ran on; its report, its archs' cost and export read it back on
+    the CPU (they ask for it: nothing trains), where torch finds no CUDA device."""
+    run = tmp_path / "gpu_run"
+    shutil.copytree(smoke_run.path, run)
+    config = RunDir(run).config
+    config.write_text(config.read_text().replace("\ndevice: cpu\n", "\ndevice: cuda\n"))
+    assert "device: cuda" in config.read_text()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    arch = next(r["id"] for r in read_csv(smoke_run.candidates) if r["final_top1"] != "")
+    assert main(["report", str(run)]) == 0
+    assert main(["cost", str(run), "--arch", arch]) == 0
+    assert main(["export", str(run), "--arch", arch, "--format", "torch", "-o", str(tmp_path / "a.pt")]) == 0
+    assert f"arch {arch} on lut:" in capsys.readouterr().out
 
 
 def test_stage_times_add_up_over_sessions(tmp_path, monkeypatch):

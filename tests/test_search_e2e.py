@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from conftest import CONFIGS, SMOKE
+from conftest import CONFIGS, FINALIZE_TWO_BRIEFLY, SMOKE
 from nas.cli import main
 from nas.pareto import pareto_mask
 from nas.rundir import RunDir, read_csv
@@ -132,9 +132,7 @@ def test_search_for_npu5_and_compare_generations(tmp_path, capsys):
     of an epoch of 4 steps, takes no step: the archs kept start their schedule afresh.)"""
     out = tmp_path / "npu5"
     assert main(["search", SMOKE, "cost.model=vpunn:NPU_5_0", "task.train_size=256", "search.evolution.population=6",
-                 "search.evolution.generations=2", "search.finalize.archs=2", "search.finalize.epochs=0.25",
-                 "search.finalize.screen_epochs=0.1", "search.finalize.int8=false",
-                 "--out", str(out), "--no-progress"]) == 0
+                 "search.evolution.generations=2", *FINALIZE_TWO_BRIEFLY, "--out", str(out), "--no-progress"]) == 0
     rows = read_csv(RunDir(out).candidates)
     assert {r["cost_model"] for r in rows} == {"vpunn:NPU_5_0"}
     capsys.readouterr()

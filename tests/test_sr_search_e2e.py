@@ -126,7 +126,7 @@ def test_a_baseline_entry_fails_the_config_load(entry, message):
 
 def test_baseline_config_errors_name_the_baseline(tmp_path):
     """What an entry means for the run's space and task is checked when the run starts."""
-    ctx = build_context(load_config(SMOKE), RunDir(tmp_path), progress=False)
+    ctx = build_context(load_config(SMOKE), RunDir(tmp_path), torch.device("cpu"), progress=False)
     standalone, bicubic = BASELINE_TYPES["standalone"][0], BASELINE_TYPES["bicubic"][0]  # their checks
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*keys"):
         standalone(ctx, StandaloneBaseline(name="bad", arch={"blocks": 2}))

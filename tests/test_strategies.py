@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import SMOKE
+from conftest import SMOKE, toy_problem, toy_record
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.strategies.differentiable import DifferentiableConfig
 from nas.errors import RunDirError
@@ -19,7 +19,6 @@ from nas.rundir import RunDir
 from nas.context import SearchContext
 from nas.strategies import (STRATEGIES, DifferentiableSearchStrategy, EvolutionSearch, SearchConfig, SearchStrategy,
                             register_strategy)
-from test_evolution import SPACE, toy_record
 
 
 # ------------------------------------------------------------------------------------------ the registry
@@ -152,7 +151,8 @@ def toy_evolution(monkeypatch):
     def make(run_dir: RunDir, on_generation=None, generations: int = 4) -> EvolutionSearch:
         config = SimpleNamespace(seed=0, train=SimpleNamespace(channels_last=False),
                                  search=SearchConfig(strategies={"evolution": EvolutionConfig(population=8, generations=generations)}))
-        ctx = SearchContext(config, run_dir, SimpleNamespace(metric="score"), SPACE, None, progress=False)
+        ctx = SearchContext(config, run_dir, SimpleNamespace(metric="score"), toy_problem()[0], None,
+                            progress=False)
         return EvolutionSearch(ctx, on_generation)
 
     return make

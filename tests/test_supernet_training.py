@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SMOKE
+from conftest import SMOKE, TRAIN_ON_256
 from nas.config import load_config
 from nas.context import build_task_and_space
 from nas.training.supernet_training import SupernetTrainer
 
 
 def _trainer(tmp_path, epochs: float) -> SupernetTrainer:
-    config = load_config(SMOKE, ["task.train_size=256", "task.batch_size=32", f"train.epochs={epochs}"])
+    config = load_config(SMOKE, [*TRAIN_ON_256, f"train.epochs={epochs}"])
     task, space = build_task_and_space(config)
     return SupernetTrainer(space, space.build_supernet(), task, config.train, config.seed,
                            tmp_path / "supernet.pt")

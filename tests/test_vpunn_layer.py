@@ -6,26 +6,17 @@ import csv
 import numpy as np
 import pytest
 
-from hw_cost.vpunn import (ActivationFunction, DataType, DmaModel, DpuModel, LayerModel, LayerRequest, Operation,
+from hw_cost.vpunn import (DataType, DmaModel, DpuModel, LayerModel, LayerRequest, Operation,
                            VPUDevice, VPUTilingStrategy, dpu_layer)
 from hw_cost.vpunn.errors import ERROR_CODES
 from hw_cost.vpunn.layer import _halvings
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.tables import STRATEGY_NAMES
-from conftest import VPUNN_VECTORS
+from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
 
 MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 DEVICES = ("VPU_2_7", "VPU_2_0")
-
-
-def _layer(r: dict):
-    g = lambda k: int(r[k])  # noqa: E731
-    return dpu_layer(VPUDevice[r["device"]], Operation[r["operation"]], (g("in_w"), g("in_h"), g("in_c")),
-                     (g("out_w"), g("out_h"), g("out_c")), kernel=(g("k_w"), g("k_h")), stride=(g("s_w"), g("s_h")),
-                     padding=(g("pad_top"), g("pad_bottom"), g("pad_left"), g("pad_right")),
-                     dtype=DataType[r["in_dtype"]], out_dtype=DataType[r["out_dtype"]],
-                     activation=ActivationFunction[r["activation"]])
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +37,9 @@ def dma_model() -> DmaModel:
 
 
 def _requests(rows, **flags):
-    return [LayerRequest(_layer(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]), **flags)
+    return [LayerRequest(vpunn_layer_of_row(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]),
+                         **flags)
             for r in rows]
-
-
-def _num_list(text: str) -> str:
-    return ";".join(str(int(float(v))) for v in text.split(";")) if text else ""
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -72,7 +60,7 @@ def test_layer_cycles_errors_and_details(rows, dpu_models, device):
             continue
         tiles = res.tiles
         assert len(tiles) == int(float(r["n_tiles_computed"]))
-        assert ";".join(str(t.n_workloads) for t in tiles) == _num_list(r["tile_n_workloads"])
+        assert ";".join(str(t.n_workloads) for t in tiles) == int_list(r["tile_n_workloads"])
         assert ";".join(t.mode.name for t in tiles) == r["tile_exec_modes"]
         assert ";".join("x".join(map(str, t.out_shape)) for t in tiles) == r["tile_out_shapes"]
         assert ";".join("x".join(map(str, s)) for s in tiles[0].workload_shapes) == r["wl_shapes_tile0"]

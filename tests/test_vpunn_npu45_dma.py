@@ -1,5 +1,5 @@
 """DMA on VPU 4.0 / NPU 5.0: dma_4_0.vpunn (interface 02, output 1), dmann_5_0.vpunn (03, output 2) and the theoretical
-DMA against Intel's reference vectors (tests/data/vpunn-vectors/npu45, npu45-notes §4.3, §6, §8).
+DMA against Intel's reference vectors (tests/data/vpunn-vectors/npu45, docs/vpunn.md §6, §7).
 
 Everything is compared exactly: with a plain float32 matrix product the raw NN values stay within 4e-6 relative of
 the library's and no ceil moves on these rows.

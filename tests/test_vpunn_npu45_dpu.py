@@ -1,8 +1,8 @@
 """DPU workloads on VPU 4.0 / NPU 5.0 against Intel's reference vectors (tests/data/vpunn-vectors/npu45): sanitizer,
-CMX check, descriptors 4011 / 5114, theoretical cycles, NN cycles (npu45-notes §2-7).
+CMX check, descriptors 4011 / 5114, theoretical cycles, NN cycles (docs/vpunn.md §2-5).
 
 Everything but the NN is compared exactly; NN cycles and raw values within max(1 cycle, 1e-5 relative), since a plain
-float32 matrix product does not reproduce the library's dot-product order (notes §12).
+float32 matrix product does not reproduce the library's dot-product order (docs/vpunn.md §10).
 """
 from __future__ import annotations
 

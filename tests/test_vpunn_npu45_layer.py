@@ -1,4 +1,4 @@
-"""The layer model on VPU 4.0 and NPU 5.0 against every row of npu45_layer.csv (notes §9): errors, per-tile
+"""The layer model on VPU 4.0 and NPU 5.0 against every row of npu45_layer.csv (docs/vpunn.md §8): errors, per-tile
 details, cycles and the four DMA variants, for the seven strategies of these devices and AUTO_MIN."""
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.sanitizer import check, layer_fixups, sanitize
 from hw_cost.vpunn.tables import STRATEGY_NAMES
 from hw_cost.vpunn.workload import F, workloads_to_matrix
-from conftest import VPUNN_VECTORS
-from test_vpunn_layer import _layer, _num_list
+from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
 
-#: device -> (DPU model, DMA model), the pairing of the reference vectors (notes §1)
+#: device -> (DPU model, DMA model), the pairing of the reference vectors (docs/vpunn.md §1.3)
 MODELS = {"VPU_4_0": ("vpu_4_0.vpunn", "dma_4_0.vpunn"), "NPU_5_0": ("vpu_5_1.vpunn", "dmann_5_0.vpunn")}
 DMA_COLUMNS = {"cycles_wdma_theo": (dict(prefetching=False), False),
                "cycles_ddr_theo": (dict(prefetching=False, input_in_ddr=True, output_in_ddr=True), False),
@@ -44,7 +43,8 @@ def dma_models() -> dict[str, DmaModel]:
 
 
 def _requests(rows, **flags):
-    return [LayerRequest(_layer(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]), **flags)
+    return [LayerRequest(vpunn_layer_of_row(r), STRATEGY_NAMES[r["strategy"]], int(r["n_dpu"]), int(r["n_tiles"]),
+                         **flags)
             for r in rows]
 
 
@@ -58,7 +58,7 @@ def _nn_evaluations(rows: list[dict]) -> dict[str, int]:
 
 
 def _close(got: int, ref: int, n_eval: int) -> bool:
-    """Notes §12: a plain float32 matmul moves a ceil by one on 0.1-0.4 % of the workloads, and a tile sums
+    """docs/vpunn.md §10: a plain float32 matmul moves a ceil by one on 0.1-0.4 % of the workloads, and a tile sums
     its workloads."""
     return abs(got - ref) <= max(n_eval, 1e-5 * ref)
 
@@ -86,7 +86,7 @@ def test_layer_cycles_errors_and_details(rows, dpu_models, device):
             continue
         tiles = res.tiles
         assert len(tiles) == int(float(r["n_tiles_computed"])), where
-        assert ";".join(str(t.n_workloads) for t in tiles) == _num_list(r["tile_n_workloads"]), where
+        assert ";".join(str(t.n_workloads) for t in tiles) == int_list(r["tile_n_workloads"]), where
         assert ";".join(t.mode.name for t in tiles) == r["tile_exec_modes"], where
         assert ";".join("x".join(map(str, t.out_shape)) for t in tiles) == r["tile_out_shapes"], where
         assert ";".join("x".join(map(str, s)) for s in tiles[0].workload_shapes) == r["wl_shapes_tile0"], where

@@ -16,7 +16,7 @@ from conftest import VPUNN_VECTORS
 MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
 
 
-# -- a writer for synthetic files (the schema of vpunn-reference.md §1) --------------------------------------
+# -- a writer for synthetic files (the schema of docs/vpunn.md §1.1) --------------------------------------
 
 def _vector(b, values, kind: str):
     prepend = {"i4": b.PrependInt32, "u4": b.PrependUint32, "off": b.PrependUOffsetTRelative}[kind]
@@ -209,7 +209,7 @@ def test_unimplemented_interface_versions_are_named():
 
 # -- the shipped files ----------------------------------------------------------------------------------------
 
-SHIPPED = {  # vpunn-reference.md §2: (name, in/out versions, layer sizes, biases, last activation, params)
+SHIPPED = {  # docs/vpunn.md §1.3: (name, in/out versions, layer sizes, biases, last activation, params)
     "vpu_2_0.vpunn": ("VPUNN-10-02", 10, 2, [67, 256, 256, 256, 256, 1], False, "NOOP", 214016),
     "vpu_2_0.fast.vpunn": ("VPUNN-10-02", 10, 2, [67, 64, 64, 64, 64, 1], False, "NOOP", 16640),
     "vpu_2_7.vpunn": ("VPUNN-11-02", 11, 2, [93, 93, 256, 256, 256, 256, 1], True, "RELU", 230439),

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import CONFIGS, SMOKE
+from conftest import CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV
 from nas.baseline_entries import ZooBaseline
 from nas.baselines import BASELINE_TYPES, matched_epochs
@@ -23,10 +23,9 @@ from nas.context import build_context
 from nas.baselines.zoo import ZooError, describe_zoo, zoo_block, zoo_network
 
 #: a smoke search cut to a sliver (see test_reference_baselines), the finalisation included
-TINY = ["task.train_size=512", "task.batch_size=32", "task.calib_images=64", "task.eval_images=200",
-        "train.epochs=0.25", "search.evolution.population=4", "search.evolution.generations=1",
-        "search.finalize.archs=1", "search.finalize.screen_archs=0", "search.finalize.epochs=0.25",
-        "search.finalize.int8=false", "cost.model=vpunn:VPU_2_7"]
+TINY = [*TRAIN_ON_512, *SCORE_ON_200, "train.epochs=0.25", *EVOLVE_ONE_GENERATION, "search.finalize.archs=1",
+        "search.finalize.screen_archs=0", "search.finalize.epochs=0.25", "search.finalize.int8=false",
+        "cost.model=vpunn:VPU_2_7"]
 ZOO = "baselines=" + json.dumps([{"name": "mnv3", "type": "zoo", "model": "mobilenetv3_small_050"}])
 
 
@@ -203,7 +202,7 @@ def test_the_report_compares_the_zoo_per_npu_generation(zoo_runs):
 
 def test_zoo_check_needs_a_task_it_fits(tmp_path):
     ctx = build_context(load_config(CONFIGS / "sr_edsr_x2_smoke.yaml", ["baselines=[]"]), RunDir(tmp_path / "r"),
-                        progress=False)
+                        torch.device("cpu"), progress=False)
     check = BASELINE_TYPES["zoo"][0]
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.model: unknown super-resolution network 'resnet18'"):
         check(ctx, ZooBaseline(name="z", model="resnet18"))

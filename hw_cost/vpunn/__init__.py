@@ -7,7 +7,7 @@ run with numpy (the NN) and numba (the rules, descriptors and theoretical cycles
 * `LayerModel`: whole layers split over tiles and into workloads (`dpu_layer`, `LayerRequest`).
 * `VpunnCostModel` / `load_vpunn_cost_model("VPU_2_7")`: latency of torch networks (`hw_cost.CostModel`).
 
-Behaviour follows the official VPUNN runtime (the project's vpunn-reference.md design notes); the model files
+Behaviour follows the official VPUNN runtime (the rules it reproduces: docs/vpunn.md); the model files
 come from Intel's repository intel/npu-nn-cost-model (folder models/) and are shipped in `models/` here (see its
 NOTICE); `paths.find_model_dir` picks the folder ($VPUNAS_VPUNN_DIR or an explicit folder override it).
 """

@@ -1,7 +1,7 @@
 """Workload -> NN input vector for DPU interfaces 10 (VPU 2.0 models), 11 (VPU 2.7 models), 4011 (VPU 4.0) and
 5114 (NPU 5.x), compiled with numba (one row at a time, as sanitizer.py).
 
-vpunn-reference.md §3.1-3.4, npu45-notes §4.1-4.2. Values are raw numbers and one-hot blocks; enums are mapped by
+docs/vpunn.md §3. Values are raw numbers and one-hot blocks; enums are mapped by
 *name* into each interface's own enum order, and a value the interface cannot name raises VpunnError (as the runtime
 throws).
 """
@@ -239,7 +239,7 @@ def _tensor_block(d, start, w, h, c, b, dtype, dtype_table, layout, sparsity, fa
 @njit(cache=True)
 def _encode_93(row, v4011, d, failed) -> bool:
     """Interfaces 11 and 4011: the same 93 slots; 4011 differs in the device and operation mocks, the weight
-    alignment, the swizzling normalisation and the ISI/owt filter (npu45-notes §4.1)."""
+    alignment, the swizzling normalisation and the ISI/owt filter (docs/vpunn.md §3.3-3.4)."""
     i = lambda field: int_field(row, field)  # noqa: E731
     san_op = i(F.operation)
     op = san_op
@@ -294,7 +294,7 @@ def _encode_93(row, v4011, d, failed) -> bool:
 
 @njit(cache=True)
 def _encode_5114(row, d, failed) -> bool:
-    """Interface 5114 (npu45-notes §4.2): no device, swizzling, ISI, sparsity flags or weight shape."""
+    """Interface 5114 (docs/vpunn.md §3.5): no device, swizzling, ISI, sparsity flags or weight shape."""
     i = lambda field: int_field(row, field)  # noqa: E731
     if not _one_hot(d, 0, i(F.operation), _T.operation5114, failed):
         return False

@@ -1,4 +1,4 @@
-"""Architecture constants of the supported devices (vpunn-reference.md §7)."""
+"""Architecture constants of the supported devices (docs/vpunn.md §7)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -46,7 +46,7 @@ DEVICES: dict[VPUDevice, DeviceConfig] = {
         cmx_latency_cycles=21,  # 16 CMX cycles at 975 MHz, in DPU cycles
         cmx_bytes=2048 * 1024, owt_options=(1, 2),
         execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
-    # 4.0 and 5.0: the runtime's main constant set (npu45-notes §6); the 4.0 theoretical DMA uses a legacy set
+    # 4.0 and 5.0: the runtime's main constant set (docs/vpunn.md §7); the 4.0 theoretical DMA uses a legacy set
     VPUDevice.VPU_4_0: DeviceConfig(
         device=VPUDevice.VPU_4_0, dpu_mhz=1700, cmx_mhz=971, cmx_word_bytes=32, cmx_read_ports=8,
         dma_bytes_per_cycle=64, dram_mbps=136000, macs_per_dpu=2048, fp16_ratio=2, ppe_lanes=64,
@@ -65,7 +65,7 @@ DEVICES: dict[VPUDevice, DeviceConfig] = {
         execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
 }
 
-#: The runtime's legacy constant set where it differs from the main one (npu45-notes §6). Only the theoretical DMA
+#: The runtime's legacy constant set where it differs from the main one (docs/vpunn.md §7). Only the theoretical DMA
 #: of VPU_4_0 uses it (the runtime forces the legacy DMA formula and set on generation 4); the DMA NN
 #: post-processing, the theoretical DPU cycles and the newer DMA formula of NPU_5_0 use the main set above.
 LEGACY_DMA_OVERRIDES: dict[VPUDevice, dict[str, int]] = {

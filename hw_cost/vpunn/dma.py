@@ -7,7 +7,7 @@
   2: DPU cycles). `DmaModel.cost_1d` is the contiguous transfer of the layer model.
 * `theoretical_dma_cycles`: the runtime's theoretical DMA of a contiguous transfer.
 
-vpunn-reference.md §3.5, §4.2 and §6 step 6; npu45-notes §4.3, §6 and §8.
+docs/vpunn.md §6, §7 and §8 step 6.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ class DMAWorkload:
 
 @dataclass(frozen=True)
 class DMAWorkloadNPU40_50:  # the runtime's type name
-    """A `DMANNWorkload_NPU40_50` transfer (npu45-notes §4.3); sizes and strides in bytes.
+    """A `DMANNWorkload_NPU40_50` transfer (docs/vpunn.md §6.1); sizes and strides in bytes.
 
     `src_width` / `dst_width` are the innermost contiguous bytes; `num_dim` (0..5, 0 = 1-D) extra dimensions follow,
     each given by one entry of the four 5-tuples (a dim size is "repetitions - 1"; strides may be negative).
@@ -199,7 +199,7 @@ class _WorkloadType:
     n_bytes: Callable[[np.ndarray], np.ndarray]
     contiguous: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     #: an NN value outside the valid range gives the theoretical DMA (the runtime's provider chain); the 2.x
-    #: reference (vpunn-reference.md §4.2) documents ERROR_INVALID_OUTPUT_RANGE for DMANNWorkload_NPU27
+    #: runtime (docs/vpunn.md §6.3) reports ERROR_INVALID_OUTPUT_RANGE for DMANNWorkload_NPU27
     falls_back: bool
 
 
@@ -237,7 +237,7 @@ class DmaModel:
 
     The input interface fixes the workload type (`workload_type`: `DMAWorkload` for 1, `DMAWorkloadNPU40_50` for
     2 and 3) and the devices the layer model may cost with it (`devices`); the post-processing reads each
-    workload's own device. The library pairs dma_4_0 with VPU_4_0 and dmann_5_0 with NPU_5_0 (npu45-notes §1).
+    workload's own device. The library pairs dma_4_0 with VPU_4_0 and dmann_5_0 with NPU_5_0 (docs/vpunn.md §6.1).
 
     Args:
         model: path of the file or a parsed `VpunnNetwork`.
@@ -361,7 +361,7 @@ def theoretical_dma_cycles(device, n_bytes, direction) -> np.ndarray:
     """The runtime's theoretical DMA cycles of contiguous transfers (arrays broadcast), latency included.
 
     max(latency_src, latency_dst) + max(cycles_src, cycles_dst). Up to VPU_4_0 the legacy formula on the legacy
-    constant set (`LEGACY_DMA_OVERRIDES`), from NPU_5_0 on the newer formula on the main set (npu45-notes §8.3).
+    constant set (`LEGACY_DMA_OVERRIDES`), from NPU_5_0 on the newer formula on the main set (docs/vpunn.md §6.4).
     """
     cfg = device_config(device)
     n_bytes, direction = (a.astype(np.int64) for a in np.broadcast_arrays(n_bytes, direction))

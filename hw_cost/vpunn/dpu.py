@@ -3,7 +3,7 @@
 One call costs any number of workloads: sanitize and validate all rows, expand dual-sparsity and >64-channel
 extrapolation rows into their NN queries and encode every query (one compiled pass, `_plan`), run the NN once on
 the distinct descriptors (float32, `x @ W.T + b`; reader.py), then post-process and fold the expansions back
-(`_fold`) (vpunn-reference.md §3.0, §4.1; VPU 4.0 / NPU 5.0: npu45-notes §2-3). A single workload takes the same
+(`_fold`) (docs/vpunn.md §2). A single workload takes the same
 path; its cost is dominated by the NN pass.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ _OP = int_codes(Operation)
 _DEV = int_codes(VPUDevice)
 
 #: output interface versions of the DPU files, all cycle counts: 2 and 5 pass the NN value through, 4 scales
-#: DW_CONVOLUTION on VPU 4.0 and later (a 2.7-trained network adapted to 4.0, npu45-notes §3)
+#: DW_CONVOLUTION on VPU 4.0 and later (a 2.7-trained network adapted to 4.0, docs/vpunn.md §2.3)
 OUTPUT_VERSIONS = (2, 4, 5)
 _MAX_NN_CYCLES = 4e9
 # output version 4: DW_CONVOLUTION factors [context row, 16 / 32 / 64 input channels], for 8-bit and wider inputs
@@ -37,7 +37,8 @@ _DW_FACTORS_8BIT = np.array([[1.0, 0.8, 0.75], [0.5, 0.44, 0.69], [0.81, 0.75, 0
                              [0.60, 0.60, 0.65]], dtype=np.float32)
 _DW_FACTORS_WIDE = np.array([[1.0, 1.0, 1.0], [0.48, 0.47, 0.71], [0.76, 0.74, 0.77], [0.69, 0.69, 0.73],
                              [0.60, 0.60, 0.65]], dtype=np.float32)
-# the NN queries of a valid workload (§3.0 steps 2-3): one; two sparsity clones; the 32- and 64-channel references
+# the NN queries of a valid workload (docs/vpunn.md §2.1 steps 3-4): one; two sparsity clones; the 32- and
+# 64-channel references
 _PLAIN, _DUAL_SPARSE, _EXTRAPOLATED = 0, 1, 2
 _WORKLOAD = CONTEXTS["workload"]
 
@@ -87,7 +88,7 @@ def nn_cycles(value, query, output_version) -> int:
 @njit(cache=True)
 def _dw_factor(query) -> np.float32:
     """Output interface 4's factor of a sanitized workload: 1 except DW_CONVOLUTION on VPU 4.0 and later with 16,
-    32 or 64 input channels (npu45-notes §3)."""
+    32 or 64 input channels (docs/vpunn.md §2.3)."""
     in_c = int_field(query, F.in_c)
     channel = 0 if in_c == 16 else (1 if in_c == 32 else (2 if in_c == 64 else -1))
     if int_field(query, F.device) < _DEV.VPU_4_0 or int_field(query, F.operation) != _OP.DW_CONVOLUTION \
@@ -216,7 +217,8 @@ class DpuModel:
 
 @njit(cache=True)
 def _query_kind(workload) -> int:
-    """How a sanitized, valid workload is queried: _PLAIN, _DUAL_SPARSE or _EXTRAPOLATED (§3.0 steps 2-3)."""
+    """How a sanitized, valid workload is queried: _PLAIN, _DUAL_SPARSE or _EXTRAPOLATED (docs/vpunn.md §2.1
+    steps 3-4)."""
     if int_field(workload, F.in_sparsity_enabled) != 0 and int_field(workload, F.weight_sparsity_enabled) != 0:
         return _DUAL_SPARSE
     if member(int_field(workload, F.operation), (_OP.DW_CONVOLUTION, _OP.MAXPOOL, _OP.AVEPOOL)) \
@@ -263,8 +265,8 @@ def _plan(m, version, size, failed):
 
 @njit(cache=True)
 def _fold(sanitized, codes, first, queries, values, output_version):
-    """Cycles per workload from the NN values of its queries (§3.0 steps 4-5): the error code of an invalid one;
-    the theoretical cycles where an NN value is unusable."""
+    """Cycles per workload from the NN values of its queries (docs/vpunn.md §2.1 step 5, §2.2): the error code of
+    an invalid one; the theoretical cycles where an NN value is unusable."""
     out = codes.copy()
     for i in range(len(out)):
         j = first[i]
@@ -289,8 +291,8 @@ def _fold(sanitized, codes, first, queries, values, output_version):
 
 @njit(cache=True)
 def _extrapolate(workload, c32, c64) -> int:
-    """Linear extrapolation from the 32- and 64-channel costs, in float32 (§3.0 step 3); the theoretical cycles if
-    either failed or the result is negative."""
+    """Linear extrapolation from the 32- and 64-channel costs, in float32 (docs/vpunn.md §2.1 step 4); the
+    theoretical cycles if either failed or the result is negative."""
     if c32 == ERROR_INVALID_OUTPUT_RANGE or c64 == ERROR_INVALID_OUTPUT_RANGE:
         return _fallback(workload)
     a, b = np.float32(c32), np.float32(c64)

@@ -16,7 +16,7 @@ class VpunnError(CostModelError):
 
 
 _UINT32_MAX = 0xFFFFFFFF
-# name -> k, where the code is 0xFFFFFFFF - k (vpunn-reference.md §4.4)
+# name -> k, where the code is 0xFFFFFFFF - k (docs/vpunn.md §9)
 _K = {
     "ERROR_INPUT_TOO_BIG": 0, "ERROR_INVALID_INPUT_CONFIGURATION": 1, "ERROR_INVALID_INPUT_DEVICE": 2,
     "ERROR_INVALID_INPUT_OPERATION": 3, "ERROR_INVALID_OUTPUT_RANGE": 4, "ERROR_TILE_OUTPUT": 5,

@@ -1,6 +1,6 @@
 """The layer model (`VPULayerCostModel::Layer`): a whole layer split over tiles, then into DPU workloads per tile.
 
-vpunn-reference.md §6; the VPU 4.0 / NPU 5.0 specifics (more strategies, modes, broadcast) are npu45-notes §9.
+docs/vpunn.md §8, with the VPU 4.0 / NPU 5.0 specifics (more strategies, modes, broadcast).
 One `LayerModel.cost` call costs any number of (layer, strategy) requests in three passes: plan every tile and
 every candidate split in Python, cost all distinct workloads in one batched `DpuModel.cost`, then reduce (list
 schedule per split, best split per tile, slowest tile per layer, DMA terms, best strategy). Tile results are cached

@@ -2,7 +2,7 @@
 
 The schema is small enough to read by hand with `flatbuffers.table.Table`; every offset is bounds-checked first
 so a truncated or foreign file gives a one-line `VpunnError` instead of a struct error or garbage.
-See vpunn-reference.md §1-2.
+See docs/vpunn.md §1.
 """
 from __future__ import annotations
 

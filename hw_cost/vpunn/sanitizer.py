@@ -1,5 +1,5 @@
-"""The workload sanitizer and validity rules (vpunn-reference.md §5, and the layer variants of §6; VPU 4.0 and
-NPU 5.0: npu45-notes §5), compiled with numba.
+"""The workload sanitizer and validity rules (docs/vpunn.md §4, and the layer variants of §8; VPU 4.0
+and NPU 5.0 there too), compiled with numba.
 
 Each rule is written once, for one workload row (the `_*_row` functions); the public functions run them over a
 workload matrix (see workload.py, one row per workload) in compiled loops, so one workload and a batch take the same
@@ -8,7 +8,7 @@ code. `check` has three contexts:
 * "workload": `VPUCostModel::DPU` on one workload (after `sanitize`);
 * "tile": the tile checks of the layer model (no execution-mode check, DW/MAXPOOL any multiple of 16);
 * "layer": the whole-layer validation of the layer model (no CMX or execution-mode check, limits of the split
-  dimensions scaled by the tile count, output height exact; npu45-notes §9 for the 4.0 / 5.0 strategies).
+  dimensions scaled by the tile count, output height exact; docs/vpunn.md §8 for the 4.0 / 5.0 strategies).
 
 numba caches the compiled code on disk with the enum codes and device constants read here frozen into it; jit_cache.py
 drops that cache whenever any source of the package changes.
@@ -92,17 +92,17 @@ def as_matrix(m) -> np.ndarray:
 
 
 def sanitize(m: np.ndarray) -> np.ndarray:
-    """The changes `VPUCostModel::sanitize_workload` applies before validation (§5), on a copy: the layer model's
-    fixups, then channel, data type and layout rules."""
+    """The changes `VPUCostModel::sanitize_workload` applies before validation (docs/vpunn.md §4.1), on a copy:
+    the layer model's fixups, then channel, data type and layout rules."""
     m = as_matrix(m)
     return sanitize_rows(m, m.copy())
 
 
 def layer_fixups(m: np.ndarray) -> np.ndarray:
-    """The only sanitizer changes the layer model makes to a whole layer (§6 step 1), on a copy.
+    """The only sanitizer changes the layer model makes to a whole layer (docs/vpunn.md §8 step 1), on a copy.
 
     NPU 5.0 forces every swizzling to KEY_0 (as 2.0 does) and keeps AVEPOOL as an operation of its own; a
-    CONVOLUTION with an autopadded input stays a CONVOLUTION (npu45-notes §5.1).
+    CONVOLUTION with an autopadded input stays a CONVOLUTION (docs/vpunn.md §4.1).
     """
     return _fixup_rows(as_matrix(m).copy())
 
@@ -138,7 +138,7 @@ def _per_row(m, context: str, strategy, n_tiles) -> tuple:
 def cmx_required(m: np.ndarray) -> np.ndarray:
     """CMX bytes a workload needs: input0 + weights + output memory, each rounded up to the device's page.
 
-    vpunn-reference.md §5 (2.x, 16 KB pages), npu45-notes §5.2 (4.0: 16 KB pages, 5.0: 32 B).
+    docs/vpunn.md §4.2 (2.x and 4.0: 16 KB pages, 5.0: 32 B).
     """
     return _cmx_rows(as_matrix(m), False)
 
@@ -255,8 +255,8 @@ def weight_dtype(row) -> int:
 def weight_channels(row, rules) -> int:
     """Channel count (samples per output channel) of the weights tensor [1, 1, Cw, C_out]; 0 for ELTWISE/MAXPOOL.
 
-    VPU 2.7 aligns to 16 samples (§3.4, CM_CONV 8 for 16-bit weights). VPU 4.0 aligns CONV and DW to 32 samples
-    for 8-bit weights (16 with weight sparsity or 16-bit weights, npu45-notes §4.1). VPU 2.0 and NPU 5.0 do not
+    VPU 2.7 aligns to 16 samples (CM_CONV 8 for 16-bit weights). VPU 4.0 aligns CONV and DW to 32 samples for
+    8-bit weights (16 with weight sparsity or 16-bit weights; docs/vpunn.md §3.3). VPU 2.0 and NPU 5.0 do not
     align (they align the bytes instead, `_weight_mask_bytes`). `rules` is the device code whose rule applies (the
     row's own device; interface 11 always uses 2.7's, interface 4011 4.0's).
     """
@@ -370,7 +370,7 @@ def _cmx_2x(row):
 
 @njit(cache=True)
 def _cmx_npu(row):
-    """npu45-notes §5.2."""
+    """docs/vpunn.md §4.2."""
     op, dev = int_field(row, F.operation), int_field(row, F.device)
     v50 = dev == _V50
     w, h, c, b = int_field(row, F.in_w), int_field(row, F.in_h), int_field(row, F.in_c), int_field(row, F.in_b)

@@ -1,4 +1,4 @@
-"""Theoretical DPU cycles ("hw_theoretical_cycles", vpunn-reference.md §4.3, npu45-notes §7), compiled with numba
+"""Theoretical DPU cycles ("hw_theoretical_cycles", docs/vpunn.md §5), compiled with numba
 (one row at a time, as sanitizer.py).
 
 The runtime falls back to these when the NN output is out of range, and uses them when no NN is loaded.
@@ -38,7 +38,7 @@ def theoretical_cycles(m: np.ndarray, wrap: bool = True) -> np.ndarray:
     """Theoretical cycles of sanitized workloads, int64.
 
     The runtime computes in unsigned 64-bit: a padding-skip count larger than the MAC count wraps around before
-    the ceil division (npu45-notes §7), which is reproduced here. `wrap=False` (the network cost model's rule)
+    the ceil division (docs/vpunn.md §5), which is reproduced here. `wrap=False` (the network cost model's rule)
     counts no skipped MACs there instead, so the estimate stays the size of the work.
     """
     return _theoretical_rows(as_matrix(m), bool(wrap))

@@ -7,7 +7,7 @@ see layer.py).
 
 Optional fields are matrix columns too: `weight_type` is -1 when not set (weights dtype = input dtype);
 `in_place_output` and `weightless` are -1 when not set (the runtime then derives them from the layouts and dtypes,
-npu45-notes §4.2), else 0/1; `superdense`, `input_autopad` and `output_autopad` are 0/1 (not set = 0).
+docs/vpunn.md §3.5), else 0/1; `superdense`, `input_autopad` and `output_autopad` are 0/1 (not set = 0).
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from hw_cost import Block, CostModelError, load_cost_model
+from hw_cost import Block, CostModelError
 from search_spaces import ArchError, arch_key
 from tasks import Task
 from tasks.super_resolution import BicubicUpsampler
@@ -54,6 +54,7 @@ from tasks.super_resolution import BicubicUpsampler
 from ..baseline_entries import (BASELINE_ENTRIES, BaselineEntry, BicubicBaseline, ReferenceBaseline,
                                 StandaloneBaseline, SubnetBaseline, TrainedBaseline, ZooBaseline)
 from ..config import NPU_GENERATIONS, ConfigError
+from ..context import npu_generation_model
 from ..rundir import write_csv
 from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
 from .cached import cache_entry, reference_parts, train_cached_network, zoo_parts
@@ -184,15 +185,13 @@ def check_baselines(ctx) -> None:
 
 def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
     """blocks -> {"<device>_ms": VPUNN latency} for every `NPU_GENERATIONS` device, at the run's precision."""
-    cost = ctx.config.cost
-    options = {"dtype": cost.dtype, **({"model_dir": cost.model_dir} if cost.model_dir else {})}
     models = {}
 
     def latencies(blocks: list[Block]) -> dict:
         out = {}
         for device in NPU_GENERATIONS:
             if device not in models:
-                models[device] = load_cost_model(f"vpunn:{device}", **options)
+                models[device] = npu_generation_model(ctx.config.cost, device)
             out[f"{device}_ms"] = round(float(models[device].latency_ms(blocks)), 6)
         return out
 

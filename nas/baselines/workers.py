@@ -21,6 +21,8 @@ import multiprocessing
 import os
 from pathlib import Path
 
+import torch
+
 from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import load_config
 from ..context import build_context
@@ -32,16 +34,17 @@ logger = logging.getLogger(__name__)
 __all__ = ["BaselineWorkers"]
 
 
-def _work(run_path: str, baselines: list[ReferenceBaseline | ZooBaseline], threads: int, index: int) -> None:
-    """A worker process: the run's context rebuilt from its config.yaml, then each of `baselines` trained and
-    cached."""
+def _work(run_path: str, baselines: list[ReferenceBaseline | ZooBaseline], threads: int, index: int,
+          device: str) -> None:
+    """A worker process: the run's context rebuilt from its config.yaml on the run's `device`, then each of
+    `baselines` trained and cached."""
     run_dir = RunDir(run_path)
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s baseline-worker-{index} %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
     config = load_config(run_dir.config)
     config.threads = threads
-    ctx = build_context(config, run_dir, progress=False)
+    ctx = build_context(config, run_dir, torch.device(device), progress=False)
     for baseline in baselines:
         train_cached_baseline(ctx, baseline)
 
@@ -65,8 +68,8 @@ class BaselineWorkers:
         spawn = multiprocessing.get_context("spawn")
         for index in range(count):
             share = untrained[index::count]
-            process = spawn.Process(target=_work, args=(str(Path(ctx.run_dir.path)), share, threads, index),
-                                    name=f"baseline-worker-{index}", daemon=False)
+            process = spawn.Process(target=_work, name=f"baseline-worker-{index}", daemon=False,
+                                    args=(str(Path(ctx.run_dir.path)), share, threads, index, str(ctx.device)))
             process.start()
             self.processes.append((process, [b.name for b in share]))
         logger.info("baseline workers: %d processes (%d threads each) train %s beside the search", count, threads,

@@ -29,9 +29,11 @@ def add_search_parser(sub) -> None:
 
 def _search(args: argparse.Namespace) -> int:
     from ..run import prepare_run, run_search
+    from .flags import as_flags
 
-    config, run_dir = prepare_run(args.config, args.overrides, args.out, args.resume)
-    rows = run_search(config, run_dir, progress=not args.no_progress)
+    with as_flags(resume="--resume", out="--out"):
+        config, run_dir, device = prepare_run(args.config, args.overrides, args.out, args.resume)
+    rows = run_search(config, run_dir, device, progress=not args.no_progress)
     metric = next(m for m in ("top1", "psnr") if m in rows[0])
     front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
     final = sorted((r for r in rows if r[f"final_{metric}"] != ""), key=lambda r: r["latency_ms"])
@@ -108,8 +110,10 @@ def add_export_parser(sub) -> None:
 def _export(args: argparse.Namespace) -> int:
     from ..export.models import export_arch
     from ..rundir import RunDir
+    from .flags import as_flags
 
-    print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
+    with as_flags(arch_id="--arch", fmt="--format", out="--output", precision="--precision", max_drop="--max-drop"):
+        print(export_arch(RunDir(args.run_dir), args.arch, args.format, args.output, args.precision, args.max_drop))
     return 0
 
 
@@ -120,7 +124,8 @@ def add_probe_parser(sub) -> None:
                                    "(nas.ranking.probe), score it with the run's inherited weights, write "
                                    "RUN_DIR/probe.csv and print Kendall tau and Spearman with 95%% bootstrap "
                                    "intervals. key=value arguments change the probe set (probe.archs=N, "
-                                   "probe.epochs=E).")
+                                   "probe.epochs=E) and where it trains (device=cpu: a GPU run probed on a "
+                                   "machine without one).")
     p.add_argument("run_dir")
     p.add_argument("overrides", nargs="*", metavar="probe.key=value", help="probe set overrides")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -243,9 +248,10 @@ def _lut_validate(args: argparse.Namespace) -> int:
                             meta["num_outputs"])
     else:
         config = load_config(args.source)
-        if not config.cost.model.startswith("lut:"):
-            raise ConfigError(f"{args.source}: cost.model is {config.cost.model}, not a latency table (lut:)")
-        table_path = config.cost.model[4:]
+        spec = config.cost.spec
+        if spec.kind != "lut":
+            raise ConfigError(f"{args.source}: cost.model is {spec}, not a latency table (lut:)")
+        table_path = spec.argument
         table = LatencyTable.load(table_path)
         _, space = build_task_and_space(config)
     out = Path(args.output or Path("runs") / f"lut_validate_{Path(table_path).stem}")

@@ -18,8 +18,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from hw_cost import CostModelError, load_cost_model
-from hw_cost.lut import LutCostModel
+from hw_cost import CostModelError, CostModelSpec, load_cost_model
 
 __all__ = ["add_cost_parser", "add_vpunn_parser", "parse_input_shape", "build_named_model"]
 
@@ -55,23 +54,26 @@ def build_named_model(name: str):
 
 
 def _run_arch(run_dir: str, arch_id: str):
-    """(model, input shape, cost blocks, the run's cost config) of arch `arch_id` of a run (random weights)."""
+    """(model, input shape, cost blocks, the run's config) of arch `arch_id` of a run (random weights)."""
     from nas.config import load_config
+    from nas.context import build_task_and_space
     from nas.export.models import run_arch
     from nas.rundir import RunDir
-    from nas.context import build_task_and_space
+    from nas.cli.flags import as_flags
 
     run = RunDir(run_dir)
-    arch = run_arch(run, arch_id)["arch"]
+    with as_flags(arch_id="--arch"):
+        arch = run_arch(run, arch_id)["arch"]
     config = load_config(run.config)
     task, space = build_task_and_space(config)
-    return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config.cost
+    return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config
 
 
-def _cost_model(spec: str, args):
+def _cost_model(spec: CostModelSpec, args):
+    """The cost model of `--cost` with `--dtype` and `--model-dir` (checked as the config's `cost` section)."""
     from nas.config import CostConfig
 
-    config = CostConfig(model=spec, dtype=args.dtype or "uint8", model_dir=args.model_dir)
+    config = CostConfig(model=str(spec), dtype=args.dtype or "uint8", model_dir=args.model_dir)
     return load_cost_model(spec, **config.options())
 
 
@@ -103,21 +105,19 @@ def _cost(args) -> int:
     if args.devices is not None:
         return _devices(args)
     if args.arch is not None:
-        model, shape, blocks, run_cost = _run_arch(args.model, args.arch)
+        from nas.context import run_cost_model
+        from nas.rundir import RunDir
+
+        model, shape, blocks, config = _run_arch(args.model, args.arch)
         name = f"{args.model} arch {args.arch}"
         if args.input:
             raise CostModelError("--input: a run's arch is costed at the run's own input shape")
-        # by default the run's own cost model, with its own options
-        cost_model = (_cost_model(args.cost, args) if args.cost else
-                      load_cost_model(run_cost.model, **run_cost.options()))
-        if not args.cost and isinstance(cost_model, LutCostModel):  # the table as the run corrected it
-            from nas.latency.lut_validation import load_run_correction
-            from nas.rundir import RunDir
-
-            load_run_correction(cost_model, RunDir(args.model))
+        # by default the run's own cost model, with its own options (a table as the run corrected it)
+        cost_model = (_cost_model(CostModelSpec.parse(args.cost), args) if args.cost else
+                      run_cost_model(config, RunDir(args.model)))
     else:
-        spec = args.cost or "vpunn:VPU_2_7"
-        if spec.startswith("lut:"):
+        spec = CostModelSpec.parse(args.cost or "vpunn:VPU_2_7")
+        if spec.kind == "lut":
             raise CostModelError(f"--cost {spec}: a latency table holds the blocks of a search space, so it costs "
                                  "the archs of a run (vpunas cost RUN_DIR --arch ID), not a named model; use "
                                  "--cost vpunn:... for MODEL")
@@ -127,7 +127,7 @@ def _cost(args) -> int:
     network_cost = getattr(cost_model, "network_cost", None)
     if network_cost is None:  # a cost model without per-layer costs (e.g. a latency table)
         ms = cost_model.latency_ms(blocks) if blocks is not None else cost_model.model_latency_ms(model, shape)
-        corrected = getattr(cost_model, "correction", None)
+        corrected = cost_model.correction
         note = f" (corrected for the run's machine: {corrected.scale:.3g} x table + {corrected.offset_ms:.4f} ms)" \
             if corrected else ""
         print(f"{name} on {cost_model.name}{note}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")

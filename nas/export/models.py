@@ -14,9 +14,9 @@ import torch.nn as nn
 
 from hw_cost.openvino_runtime import openvino
 
-from ..config import ConfigError, load_config
+from ..config import load_config
 from ..context import build_context
-from ..errors import QuantizationError
+from ..errors import ParameterError, QuantizationError
 from ..rundir import RunDir, atomic_write_text, read_csv
 from ..training.evaluation import ArchEvaluator
 from ..training.finalize import load_final_weights
@@ -38,7 +38,7 @@ def run_arch(run_dir: RunDir, arch_id: str) -> dict:
     for row in read_csv(run_dir.candidates):
         if row["id"] == str(arch_id):
             return dict(row, arch=json.loads(row["arch"]))
-    raise ConfigError(f"--arch {arch_id}: no such id in {run_dir.candidates}")
+    raise ParameterError(f"`arch_id` {arch_id}: no such id in {run_dir.candidates}")
 
 
 def _save(model: nn.Module, example: torch.Tensor, fmt: str, path: Path) -> None:
@@ -84,7 +84,7 @@ def _int8_checked(model: nn.Module, task, path: Path, max_drop: float | None) ->
     fp = task.evaluate(model, split, all_images=True)
     if fp - int8 > max_drop:
         raise QuantizationError(f"the INT8 model scores {split} {metric} {int8:.2f}, {fp - int8:.2f} below the float "
-                                f"model's {fp:.2f} (allowed: {max_drop:g}; --max-drop sets the bound)")
+                                f"model's {fp:.2f} (allowed: {max_drop:g}; `max_drop` sets the bound)")
     openvino().save_model(quantized, str(path), compress_to_fp16=False)
     return {f"int8_{split}_{metric}": round(int8, 4), f"float_{split}_{metric}": round(fp, 4),
             "int8_drop": round(fp - int8, 4), "max_drop": max_drop}
@@ -101,15 +101,15 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
     the float model's within `max_drop` (see `_int8_checked`).
     """
     if fmt not in FORMATS:
-        raise ConfigError(f"--format {fmt!r}: valid formats are {', '.join(FORMATS)}")
+        raise ParameterError(f"`fmt` {fmt!r}: valid formats are {', '.join(FORMATS)}")
     if precision not in PRECISIONS:
-        raise ConfigError(f"--precision {precision!r}: valid precisions are {', '.join(PRECISIONS)}")
+        raise ParameterError(f"`precision` {precision!r}: valid precisions are {', '.join(PRECISIONS)}")
     if precision == "int8" and fmt != "openvino":
-        raise ConfigError(f"--precision int8 needs --format openvino (NNCF quantizes OpenVINO models), not {fmt}")
+        raise ParameterError(f"`precision` int8 needs `fmt` openvino (NNCF quantizes OpenVINO models), not {fmt}")
     if max_drop is not None and max_drop < 0:
-        raise ConfigError(f"--max-drop {max_drop:g}: must be >= 0")
+        raise ParameterError(f"`max_drop` {max_drop:g}: must be >= 0")
     row = run_arch(run_dir, arch_id)
-    ctx = build_context(load_config(run_dir.config), run_dir, progress=False)
+    ctx = build_context(load_config(run_dir.config), run_dir, torch.device("cpu"), progress=False)  # trains nothing
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
     model, finalised = deployable_model(ctx, row, supernet)
     suffix = "_int8" if precision == "int8" else ""

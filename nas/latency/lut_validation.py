@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw_cost.cost_model import CostModelError
+from hw_cost.cost_model import CostModel, CostModelError
 from hw_cost.lut import LatencyCorrection, LatencyTable, LutCostModel
 from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
@@ -32,7 +32,7 @@ CORRECTION_FILE = "latency_correction.json"
 AGREEMENT_MAPE_PCT = 10.0
 
 
-def _predicted(space: SearchSpace, model: LutCostModel, archs: list[dict]) -> np.ndarray:
+def _predicted(space: SearchSpace, model: CostModel, archs: list[dict]) -> np.ndarray:
     return np.array([model.latency_ms(space.blocks(a)) for a in archs])
 
 
@@ -88,9 +88,9 @@ def validate_table(space: SearchSpace, table: LatencyTable, n_archs: int, seed: 
     return result
 
 
-def correct_for_this_machine(space: SearchSpace, model: LutCostModel, mode: str, n_archs: int, seed: int,
+def correct_for_this_machine(space: SearchSpace, model: CostModel, mode: str, n_archs: int, seed: int,
                              run_dir) -> None:
-    """Decide, once per run, whether the run's table is corrected for this machine, and record it.
+    """Decide, once per run, whether the run's table (`model.table`) is corrected for this machine, and record it.
 
     `mode` is `cost.correct`. Unless "never", the table is checked against `n_archs` whole networks measured here
     (seconds): host metadata cannot tell that a table fits this machine, since machines of one kind differ by
@@ -136,7 +136,7 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
     model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl (read
     by the report; `measured_latencies`), so a resumed run measures nothing twice."""
     model = ctx.cost_model
-    if not records or not isinstance(model, LutCostModel) or not _device_here(model.table.settings().device):
+    if not records or model.table is None or not _device_here(model.table.settings().device):
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)
@@ -182,9 +182,9 @@ def read_correction_record(run_dir) -> dict | None:
         raise RunDirError(f"{path} is damaged ({exc!r}); delete it to measure the correction again") from exc
 
 
-def load_run_correction(model: LutCostModel, run_dir) -> bool:
-    """Apply the correction a run recorded in latency_correction.json (if it applied one) to `model`; False when
-    the run has not decided yet (no such file)."""
+def load_run_correction(model: CostModel, run_dir) -> bool:
+    """Apply the correction a run recorded in latency_correction.json (if it applied one) to `model`, the run's
+    table; False when the run has not decided yet (no such file)."""
     record = read_correction_record(run_dir)
     if record is not None and record["applied"]:
         model.correction = LatencyCorrection(**record["correction"])

@@ -19,10 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-from hw_cost import load_cost_model
-
-from ..config import load_config
-from ..context import build_task_and_space
+from ..config import RunConfig, load_config
+from ..context import build_task_and_space, npu_generation_model
 from ..rundir import RunDir, read_csv
 from .report import metric_of, test_figure
 
@@ -81,22 +79,22 @@ class DeviceTable:
 
 def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str | None = None,
                           model_dir: str | None = None, rows: Sequence[dict] | None = None,
-                          space=None) -> DeviceTable:
-    """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`).
+                          config: RunConfig | None = None, space=None) -> DeviceTable:
+    """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`), with the
+    run's precision and model folder unless `dtype` / `model_dir` are given.
 
-    `rows` (the run's candidates.csv) and `space` (its search space) spare reading and rebuilding them when the
-    caller has them; rebuilding the space loads the task's data."""
+    `rows` (the run's candidates.csv), `config` (its config) and `space` (its search space) spare reading and
+    rebuilding them when the caller has them; rebuilding the space loads the task's data."""
     rows = read_csv(run_dir.candidates) if rows is None else rows
     metric = metric_of(rows)
     front = [r for r in rows if test_figure(r, metric) is not None]
-    config = load_config(run_dir.config)
+    config = load_config(run_dir.config) if config is None else config
     if space is None:
         _, space = build_task_and_space(config)
     blocks = [space.blocks(json.loads(r["arch"])) for r in front]
-    options = {"dtype": dtype or config.cost.dtype, **({"model_dir": model_dir} if model_dir else {})}
     latency = {}
     for device in devices:
-        model = load_cost_model(f"vpunn:{device}", **options)
+        model = npu_generation_model(config.cost, device, dtype=dtype, model_dir=model_dir)
         flat = model.block_latencies_ms([b for arch in blocks for b in arch])
         bounds = np.cumsum([0] + [len(arch) for arch in blocks])
         latency[device] = np.array([flat[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])

@@ -16,13 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
 from hw_cost.lut import LatencyTable
 from hw_cost.vpunn.paths import MODEL_FILES
 from search_spaces import arch_key
 
-from ..config import NPU_GENERATIONS
+from ..config import NPU_GENERATIONS, RunConfig, load_config
 from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
 from ..ranking.probe import figure_lines, read_probe
@@ -48,7 +46,7 @@ _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 400, 64, 16, 12, 46
 class RunView:
     """What a page shows of one run. `latency[source][arch id]` in ms, sources `cost` (the run's own cost
     model), `measured` (end to end on the run's machine) and the VPUNN devices; `prefix` makes its point keys
-    unique on a comparison."""
+    unique on a comparison; `config` is the run's config (None where it no longer loads here)."""
 
     name: str
     path: Path
@@ -60,31 +58,37 @@ class RunView:
     space: dict
     latency: dict[str, dict[str, float]]
     notes: list[str] = field(default_factory=list)
-    config: dict = field(default_factory=dict)
+    config: RunConfig | None = None
 
 
 def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
-    """A run's rows and latencies from every source it has; a source that cannot be had is left out with a note
-    (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
+    """A run's config, rows and latencies from every source it has; a source that cannot be had is left out with
+    a note (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
     here)."""
     rows = read_csv(run_dir.candidates)
-    metric = metric_of(rows)
-    config = yaml.safe_load(run_dir.config.read_text(encoding="utf-8")) if run_dir.config.exists() else {}
-    view = RunView(run_dir.path.name, run_dir.path, prefix, metric, rows,
+    left_out = None  # why the VPUNN latencies are left out
+    try:
+        config = load_config(run_dir.config)
+    except (ValueError, OSError) as exc:  # the config of an older vpunas, or none
+        config, left_out = None, f"its config does not load: {exc}"
+    view = RunView(run_dir.path.name, run_dir.path, prefix, metric_of(rows), rows,
                    read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], rows[0]["cost_model"],
-                   (config or {}).get("space") or {}, {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}},
-                   config=config or {})
+                   config.to_dict()["space"] if config else {},
+                   {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}}, config=config)
     if add_measured(rows, run_dir):
         view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
-    try:
-        table = cost_front_on_devices(run_dir, NPU_GENERATIONS, rows=rows, space=space)
-    except (ValueError, OSError) as exc:  # the errors of a config, data set or model file that do not load
-        logger.warning("%s: VPUNN latencies left out: %s", run_dir.path, exc)
+    if config is not None:
+        try:
+            table = cost_front_on_devices(run_dir, NPU_GENERATIONS, rows=rows, config=config, space=space)
+        except (ValueError, OSError) as exc:  # the errors of a data set or model file that do not load
+            left_out = str(exc)
+        else:
+            for device in NPU_GENERATIONS:
+                view.latency[device] = dict(zip(table.ids, map(float, table.latency_ms[device])))
+    if left_out is not None:
+        logger.warning("%s: VPUNN latencies left out: %s", run_dir.path, left_out)
         view.notes.append(f"VPUNN latency of {', '.join(NPU_GENERATIONS)} left out: the run could not be costed again "
-                          f"here ({exc}).")
-    else:
-        for device in NPU_GENERATIONS:
-            view.latency[device] = dict(zip(table.ids, map(float, table.latency_ms[device])))
+                          f"here ({left_out}).")
     return view
 
 
@@ -325,11 +329,11 @@ def training_note(view: RunView) -> str:
     """What each side of the headline trained: the finalised archs (supernet and finalisation epochs, from the
     run's config and candidates.csv) and the trained baselines (baselines.csv's epochs)."""
     final = [float(r["final_epochs"]) for r in view.rows if r.get("final_epochs", "") != ""]
-    train = view.config.get("train") or {}
-    init = ((view.config.get("search") or {}).get("finalize") or {}).get("init", "inherited")
+    config = view.config
     parts = []
     if final:
-        supernet = f"{float(train['epochs']):g} supernet + " if init == "inherited" and "epochs" in train else ""
+        inherited = config is not None and config.search.finalize.init == "inherited"
+        supernet = f"{float(config.train.epochs):g} supernet + " if inherited else ""
         parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
     trained = [float(b["epochs"]) for b in view.baselines
                if baseline_type(b) in ("standalone", "reference", "zoo") and b.get("epochs", "") != ""]
@@ -405,9 +409,10 @@ def _correction_note(run_dir: RunDir) -> str:
 
 def provenance_section(view: RunView) -> str:
     """Where the run's latencies come from: the latency table's measurement record, or the VPUNN model file."""
-    config = yaml.safe_load(view.path.joinpath("config.yaml").read_text(encoding="utf-8")) or {}
-    spec = (config.get("cost") or {}).get("model", view.cost_model)
-    kind, _, arg = spec.partition(":")
+    if view.config is None:
+        return f"<p>Cost model <code>{html.escape(view.cost_model)}</code>.</p>"
+    cost = view.config.cost
+    kind, arg = cost.spec.kind, cost.spec.argument
     if kind == "lut":
         try:
             meta = LatencyTable.load(arg).metadata
@@ -420,13 +425,13 @@ def provenance_section(view: RunView) -> str:
                 f"a network's latency is the sum of its blocks plus the runtime's fixed cost):</p>"
                 f"<table class='facts'>{items}</table>")
     if kind == "vpunn":
-        model_dir = (config.get("cost") or {}).get("model_dir") or "the files shipped with vpunas"
+        model_dir = cost.model_dir or "the files shipped with vpunas"
         return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
                 f"<code>{html.escape(MODEL_FILES.get(arg, '?'))}</code> from {html.escape(str(model_dir))} "
                 f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
-                f"precision {html.escape(str((config.get('cost') or {}).get('dtype', 'uint8')))}, run by vpunas "
+                f"precision {html.escape(cost.dtype)}, run by vpunas "
                 "itself layer by layer (hw_cost/vpunn/network.py).</p>")
-    return f"<p>Cost model <code>{html.escape(spec)}</code>.</p>"
+    return f"<p>Cost model <code>{html.escape(str(cost.spec))}</code>.</p>"
 
 
 def _duration(seconds: float) -> str:

@@ -2,8 +2,10 @@
 
 Modules: `config.py` (`FinalizeConfig`), `selection.py` (which archs: `select_spread`), `plan.py` (the archs and
 their epochs, kept in the run directory), `budget.py` (the plan under a run budget), `lockstep.py`
-(`LockstepTrainer`), `scoring.py` (trained or inherited weights, test and INT8 scores), `stage.py` (`finalize`:
-plan, train, score).
+(`LockstepTrainer`) and its collaborators (`schedules.py` optimizers and learning rates, `lockstep_state.py` its
+checkpoint, `net_threads.py` the nets side by side and their dropout seeds, `graph_steps.py` CUDA graphs,
+`net_timing.py` each net's time), `scoring.py` (trained or inherited weights, test and INT8 scores), `stage.py`
+(`finalize`: plan, train, score).
 
 Inherited weights rank archs; they are not what a user deploys. After the search, `archs` archs spread over
 the cost range of the front (`select_spread`) are trained further as standalone networks, from their
@@ -13,7 +15,7 @@ with knowledge distillation from the supernet's largest arch (`kd_ratio`; Hinton
 The default configs distil nothing: trained students overtake the inherited teacher, which then holds them back.
 All of them train in lockstep on the same batches, so each batch and the teacher's output on it are computed
 once for all students; on the CPU the students train side by side, one per thread, the teacher's forward beside
-theirs (`LockstepTrainer._nets_side_by_side`).
+theirs (`NetThreads.side_by_side`).
 
 Each finalised arch gets `final_<metric>` (the whole val split) and `final_test_<metric>` (and, for tasks that
 report more, e.g. `final_test_ssim`); its weights are kept under `checkpoint/final/` for `vpunas export`. Where its

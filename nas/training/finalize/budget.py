@@ -107,7 +107,7 @@ def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
             trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint)
             step_seconds, net_seconds, scoring = _timed(ctx, trainer)
     left = seconds_left - (time.perf_counter() - started)
-    workers = trainer.nets_at_once()
+    workers = trainer.threads.nets_at_once()
     epochs = budgeted_epochs(config.epochs, config.max_epochs, left, scoring, trainer.steps_per_epoch, step_seconds,
                              net_seconds, workers)
     net_steps = [max(1, round(e * trainer.steps_per_epoch)) for e in epochs]

@@ -6,10 +6,8 @@ import copy
 import itertools
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -18,36 +16,29 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
-from ...errors import ConfigError, RunDirError
-from ...rundir import atomic_torch_save, load_checkpoint
+from ...errors import ConfigError
+from ...rundir import atomic_torch_save
 from ...runtime import check_finite
-from ..captured_step import WARMUP_STEPS, CapturedTrainStep, capture_refusal
+from ..captured_step import WARMUP_STEPS, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
-from ..supernet_training import TrainConfig, in_layout, modules_swapped, to_channels_last
+from ..supernet_training import TrainConfig, in_layout, to_channels_last
 from .config import FinalizeConfig
+from .graph_steps import GraphSteps
+from .lockstep_state import continued_state, lockstep_state, resumed_state
+from .net_threads import NetThreads
+from .net_timing import NetClock
+from .schedules import cosine_schedulers, net_optimizer
 
 logger = logging.getLogger(__name__)
 
 
-class SeededDropout(nn.Dropout):
-    """`nn.Dropout` whose masks come from a generator of its own (seeded step by step by `LockstepTrainer`)."""
-
-    def __init__(self, p: float, device: torch.device):
-        super().__init__(p)
-        self.generator = torch.Generator(device=device)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return x
-        if self.p == 1:
-            return torch.zeros_like(x)
-        keep = torch.empty_like(x).bernoulli_(1 - self.p, generator=self.generator)
-        return x * keep * (1 / (1 - self.p))
-
-
 class LockstepTrainer:
     """Trains several standalone networks on the same batches, each with its own optimizer.
+
+    Its collaborators: `schedules` (optimizers and learning rates), `lockstep_state` (the checkpoint),
+    `NetThreads` (the nets side by side on threads, their dropout seeds), `GraphSteps` (CUDA graphs), `NetClock`
+    (each net's time, for `time_steps`).
 
     Args:
         nets: the students (trained in place).
@@ -78,12 +69,14 @@ class LockstepTrainer:
                 to_channels_last(net)
         self.peak_lr = config.lr if config.lr is not None else train.lr
         self.lr_key = "search.finalize.lr" if config.lr is not None else "train.lr"  # the setting of peak_lr
-        self.optimizers = [self._optimizer(net) for net in nets]
+        self.optimizers = [net_optimizer(net, train, self.peak_lr) for net in nets]
         refusal = capture_refusal(self.device, self.optimizers[0], train.cuda_graphs)
         if refusal and self.device.type == "cuda":
             logger.info("finalisation trains eagerly on the GPU: %s", refusal)
-        #: per net, its step replayed as a CUDA graph (made at its first step); None = eager steps
-        self.captured: list[CapturedTrainStep | None] | None = None if refusal else [None] * len(nets)
+        self.clock = NetClock()
+        #: the nets' steps replayed as CUDA graphs; None = eager steps
+        self.captured = None if refusal else GraphSteps(nets, self.optimizers, self._loss, train.grad_clip, self.clock)
+        self.threads = NetThreads(self.device, self.captured is not None, self.clock)
         task_batches = task.train_batches
         own_size = config.batch_size and config.batch_size != task_batches.batch_size
         self.batches = (EpochBatches(task_batches.source, config.batch_size, task_batches.seed, task_batches.drop_last,
@@ -100,19 +93,8 @@ class LockstepTrainer:
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.schedulers = self._schedulers()
         self.global_step = 0
-        self._pool: ThreadPoolExecutor | None = None  # threads training nets side by side (`_nets_side_by_side`)
-        self.workers = 1
-        self._dropouts: list[list[SeededDropout]] = []  # per net, while side by side
-        self._net_seconds: list[float] | None = None  # per net, while `time_steps` times them
         if self.checkpoint_path.exists():
             self._load()
-
-    def _optimizer(self, net: nn.Module):
-        from timm.optim import create_optimizer_v2
-
-        train = self.train_config
-        return create_optimizer_v2(net, opt=train.opt, lr=self.peak_lr, weight_decay=train.weight_decay,
-                                   momentum=train.momentum)
 
     @property
     def total_steps(self) -> int:
@@ -128,17 +110,7 @@ class LockstepTrainer:
         return [steps / self.steps_per_epoch for steps in self.net_steps]
 
     def _schedulers(self) -> list:
-        """Per net, timm's schedule stepped per update: a linear warm-up from 1% of the peak, then a cosine to 0 at
-        the end of the net's own steps."""
-        from timm.scheduler import CosineLRScheduler
-
-        for optimizer in self.optimizers:
-            for group in optimizer.param_groups:
-                group["initial_lr"] = self.peak_lr  # the schedule's peak, also for optimizers loaded mid-schedule
-        return [CosineLRScheduler(optimizer, t_initial=max(1, steps - self.warmup_steps), lr_min=0.0,
-                                  warmup_t=self.warmup_steps, warmup_lr_init=0.01 * self.peak_lr, warmup_prefix=True,
-                                  t_in_epochs=False)
-                for optimizer, steps in zip(self.optimizers, self.net_steps)]
+        return cosine_schedulers(self.optimizers, self.peak_lr, self.net_steps, self.warmup_steps)
 
     def time_steps(self, steps: int = 10) -> tuple[float, list[float]]:
         """(mean wall time of one lockstep step, loading its batch included; each net's mean time of its own
@@ -146,46 +118,41 @@ class LockstepTrainer:
         schedule) after two untimed steps: the training itself is left untouched."""
         probe = copy.copy(self)
         probe.nets = copy.deepcopy(self.nets)
-        probe.optimizers = [self._optimizer(net) for net in probe.nets]
-        probe.captured = None if self.captured is None else [None] * len(self.nets)
+        probe.optimizers = [net_optimizer(net, self.train_config, self.peak_lr) for net in probe.nets]
+        probe.clock = NetClock()
+        probe.captured = (None if self.captured is None else
+                          GraphSteps(probe.nets, probe.optimizers, probe._loss, self.train_config.grad_clip,
+                                     probe.clock))
+        probe.threads = NetThreads(self.device, self.captured is not None, probe.clock)
         untimed = 2 if self.captured is None else WARMUP_STEPS + 1  # captured: the eager steps and the capture
         probe.net_steps = [steps + untimed] * len(self.nets)  # every net takes every timed step
         probe.schedulers = probe._schedulers()
         batches = itertools.chain.from_iterable(self.batches(epoch, 0) for epoch in itertools.count())  # tiny splits
-        with probe._nets_side_by_side():
+        with probe.threads.side_by_side(probe.nets):
             for _, x, y in itertools.islice(batches, untimed):
                 probe.train_step(*self._prepared(x, y))
             started = time.perf_counter()
-            probe._net_seconds = [0.0] * len(self.nets)
+            probe.clock.start(len(self.nets))
             for _, x, y in itertools.islice(batches, steps):
                 probe.train_step(*self._prepared(x, y))
-        return (time.perf_counter() - started) / steps, [seconds / steps for seconds in probe._net_seconds]
+        return (time.perf_counter() - started) / steps, [seconds / steps for seconds in probe.clock.seconds]
 
     def continue_from(self, checkpoint_path: Path) -> None:
         """Start where another trainer of these nets among others stopped (the screening: the archs it keeps
         continue its schedule), from its checkpoint; only before this trainer's first step."""
         if self.global_step:
             raise RuntimeError("LockstepTrainer.continue_from: the schedule has started")
-        state = load_checkpoint(checkpoint_path)
-        index = {name: i for i, name in enumerate(state["names"])}
-        missing = [name for name in self.names if name not in index]
-        if missing:
-            raise RunDirError(f"{checkpoint_path} does not hold {len(missing)} of the archs to continue")
-        for net, optimizer, name in zip(self.nets, self.optimizers, self.names):
-            net.load_state_dict(state["nets"][index[name]])
-            optimizer.load_state_dict(state["optimizers"][index[name]])
-        self.global_step = state["global_step"]
+        weights, optimizer_states, self.global_step = continued_state(checkpoint_path, self.names)
+        for net, optimizer, net_weights, optimizer_state in zip(self.nets, self.optimizers, weights, optimizer_states):
+            net.load_state_dict(net_weights)
+            optimizer.load_state_dict(optimizer_state)
 
     def state_dict(self) -> dict:
-        return {"global_step": self.global_step, "total_steps": self.total_steps, "net_steps": self.net_steps,
-                "names": self.names, "nets": [n.state_dict() for n in self.nets],
-                "optimizers": [o.state_dict() for o in self.optimizers]}
+        return lockstep_state(self.global_step, self.total_steps, self.net_steps, self.names, self.nets,
+                              self.optimizers)
 
     def _load(self) -> None:
-        state = load_checkpoint(self.checkpoint_path)
-        if state["names"] != self.names:
-            raise RunDirError(f"{self.checkpoint_path} holds the finalisation of other archs; it cannot be resumed "
-                             "with this run's front")
+        state = resumed_state(self.checkpoint_path, self.names)
         for net, weights in zip(self.nets, state["nets"]):
             net.load_state_dict(weights)
         for optimizer, opt_state in zip(self.optimizers, state["optimizers"]):
@@ -206,34 +173,6 @@ class LockstepTrainer:
     def _prepared(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return to_device(in_layout(x, self.train_config.channels_last), self.device), to_device(y, self.device)
 
-    def _each_net(self, fn, indices: Sequence[int]) -> list:
-        """`fn(i)` for each net of `indices`, on `workers` threads when there are several; costliest nets (the
-        last: they come sorted by latency) first, so the threads finish together."""
-        if self._net_seconds is not None:
-            fn = self._timed_net(fn)
-        order = sorted(indices, reverse=True)
-        if self._pool is not None and self.workers > 1:
-            done = dict(zip(order, self._pool.map(fn, order)))
-        else:
-            done = {i: fn(i) for i in order}
-        return [done[i] for i in indices]
-
-    def _timed_net(self, fn):
-        def timed(i: int):
-            started = time.perf_counter()
-            result = fn(i)
-            self._net_seconds[i] += time.perf_counter() - started
-            return result
-        return timed
-
-    def _started(self, fn, *args) -> Future:
-        """`fn(*args)` on a worker thread when nets train side by side, else done here and now."""
-        if self._pool is not None and self.workers > 1:
-            return self._pool.submit(fn, *args)
-        done = Future()
-        done.set_result(fn(*args))
-        return done
-
     def _teacher_outputs(self, x: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             return self.teacher(x)
@@ -253,10 +192,11 @@ class LockstepTrainer:
         With distillation the teacher's forward is queued first: side by side it runs beside the students'
         forwards, which wait for its outputs only at their loss. On CUDA (`captured`) each net's whole step is
         one graph replay, and a non-finite loss is caught after the nets' updates, before any checkpoint."""
-        teacher_out = self._started(self._teacher_outputs, x) if self.teacher is not None else None
+        teacher_out = self.threads.started(self._teacher_outputs, x) if self.teacher is not None else None
         training = [i for i, steps in enumerate(self.net_steps) if self.global_step < steps]
         if self.captured is not None:
-            losses = self._captured_steps(x, y, None if teacher_out is None else teacher_out.result(), training)
+            losses = self.captured(x, y, None if teacher_out is None else teacher_out.result(), training,
+                                   self._set_lr)
             check_finite(losses, "finalisation training", self.global_step, self.lr_key, self.peak_lr, len(x))
             return losses
 
@@ -275,69 +215,11 @@ class LockstepTrainer:
                 nn.utils.clip_grad_norm_(self.nets[i].parameters(), self.train_config.grad_clip)
             self.optimizers[i].step()
 
-        losses = self._each_net(forward_backward, training)
+        losses = self.threads.each_net(forward_backward, training)
         check_finite(losses, "finalisation training", self.global_step, self.lr_key, self.peak_lr,
                      len(x))  # before any net's update
-        self._each_net(update, training)
+        self.threads.each_net(update, training)
         return losses
-
-    def _captured_steps(self, x: torch.Tensor, y: torch.Tensor, teacher_out: torch.Tensor | None,
-                        training: Sequence[int]) -> list[float]:
-        """The nets' steps as graph replays, one after the other; their losses read at once (one sync). While
-        `time_steps` times the nets, each waits for its own replay."""
-        losses = []
-        for i in training:
-            started = time.perf_counter()
-            if self.captured[i] is None:
-                self.captured[i] = CapturedTrainStep(self.nets[i], self.optimizers[i], self._loss,
-                                                     self.train_config.grad_clip)
-            self.nets[i].train()
-            self._set_lr(i)
-            losses.append(self.captured[i](x, y, teacher_out))
-            if self._net_seconds is not None:
-                torch.cuda.synchronize(self.device)
-                self._net_seconds[i] += time.perf_counter() - started
-        return torch.stack(losses).tolist() if losses else []
-
-    @contextmanager
-    def _nets_side_by_side(self) -> Iterator[None]:
-        """Train the nets on torch's threads one net per thread, each net single-threaded, instead of every net on
-        all threads in turn: these small nets leave much of a parallel region idle.
-        A net's results then depend on no thread count or schedule. The nets' dropouts draw from generators of
-        their own (`seed_dropouts`), as threads sharing torch's generator would draw in no fixed order."""
-        cores = self.nets_at_once()
-        def seeded(child: nn.Module) -> SeededDropout | None:
-            if self.captured is not None:  # graphs draw from the default generator (`seed_dropouts`)
-                return None
-            return SeededDropout(child.p, self.device).train(child.training) if type(child) is nn.Dropout else None
-
-        with modules_swapped(self.nets, seeded) as self._dropouts:
-            self._pool, self.workers = ThreadPoolExecutor(cores), cores
-            torch.set_num_threads(1)
-            try:
-                yield
-            finally:
-                torch.set_num_threads(cores)
-                self._pool.shutdown()
-                self._pool, self.workers, self._dropouts = None, 1, []
-
-    def nets_at_once(self) -> int:
-        """How many nets `_nets_side_by_side` trains at once: one per torch thread on the CPU, one on a GPU (it
-        runs one net at a time anyway)."""
-        return torch.get_num_threads() if self.device.type == "cpu" else 1
-
-    def _use_workers(self, n: int) -> None:
-        """The thread governor's setting: `n` nets train at once (each on one thread)."""
-        self.workers = n
-
-    def seed_dropouts(self, seed: int) -> None:
-        """Seed each net's dropouts for the next step (inside `_nets_side_by_side`); captured steps draw from the
-        default CUDA generator, seeded here."""
-        if self.captured is not None:
-            torch.cuda.manual_seed(seed)
-        for i, dropouts in enumerate(self._dropouts):
-            for j, dropout in enumerate(dropouts):
-                dropout.generator.manual_seed(batch_seed(seed, i, j))
 
     def train(self, progress: bool = True, adapt_threads: bool = True) -> None:
         """Train to `stop_step` (see `SupernetTrainer.train`)."""
@@ -346,16 +228,16 @@ class LockstepTrainer:
         started = time.perf_counter()
         with (TrainingSession(self, "finalisation training", checkpoint_every=self.train_config.checkpoint_every,
                               progress=progress, progress_label=f"finalise {len(self.nets)} archs",
-                              progress_total=self.stop_step, set_threads=self._use_workers,
+                              progress_total=self.stop_step, set_threads=self.threads.use_workers,
                               adapt_threads=adapt_threads) as session,
-              self._nets_side_by_side()):
+              self.threads.side_by_side(self.nets)):
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.batches(epoch, start):
                     if self.done:
                         break
                     x, y = self._prepared(x, y)
-                    self.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's masks
+                    self.threads.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's
                     with session.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
@@ -381,5 +263,5 @@ def lockstep_trainer(ctx, records: Sequence[dict], evaluator: ArchEvaluator, che
     if teacher is not None:
         teacher.requires_grad_(False)
     return LockstepTrainer(nets, teacher, ctx.task, ctx.config.train, config, ctx.config.seed, checkpoint,
-                           [arch_key(r["arch"]) for r in records], device=evaluator.device, epochs=epochs,
+                           [arch_key(r["arch"]) for r in records], device=ctx.device, epochs=epochs,
                            stop_epochs=stop_epochs)
