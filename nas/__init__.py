@@ -13,5 +13,6 @@
 * `training/`: supernet training, evaluation of archs with inherited weights, finalisation.
 * `latency/`: latency tables checked and corrected against archs run on this machine.
 * core: `rundir.py` (the run directory, atomic writes), `runtime.py` (threads, signals, memory),
-  `distributed.py` (torchrun processes), `pareto.py` (the Pareto front), `errors.py` (error types).
+  `distributed.py` (torchrun processes), `pareto.py` (the Pareto front), `baseline_entries.py` (the config's
+  `baselines:` entries, typed), `errors.py` (error types).
 """

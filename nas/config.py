@@ -16,9 +16,10 @@ from typing import Any, Optional
 import yaml
 
 from hw_cost import CostModelError, CostModelSpec
-from search_spaces import SPACES
-from tasks import TASKS
+from search_spaces import SPACES, SpaceConfig
+from tasks import TASKS, TaskConfig
 
+from .baseline_entries import BaselineEntry, read_baselines
 from .errors import ConfigError
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
@@ -166,7 +167,8 @@ class RunConfig:
         name: the run's name (default output folder runs/<name>).
         seed: seeds data splits, training, search; the same seed and threads give the same results.
         threads: torch intra-op threads; 0 = pick by a short probe (recorded in the run's config.yaml).
-        baselines: reference models marked on the front, e.g. {name: largest, arch: largest}.
+        baselines: reference models marked on the front, e.g. {name: largest, arch: largest}
+            (`nas.baseline_entries`).
         adapt_threads: training drops to 1 thread while another process slows it down (`nas.runtime.
             ThreadGovernor`, logged); false keeps `threads` fixed, for bit-identical results on a busy machine.
         device: where supernet training, evaluation, finalisation and the baselines run: "cpu", "cuda", or "auto"
@@ -183,12 +185,12 @@ class RunConfig:
     name: str
     seed: int
     threads: int
-    task: Any
-    space: Any
-    train: Any
-    search: Any
+    task: TaskConfig
+    space: SpaceConfig
+    train: TrainConfig
+    search: SearchConfig
     cost: CostConfig
-    baselines: list[dict] = field(default_factory=list)
+    baselines: list[BaselineEntry] = field(default_factory=list)
     adapt_threads: bool = True
     device: str = "auto"
     baseline_workers: int = 0
@@ -202,6 +204,8 @@ class RunConfig:
 def _plain(value):
     if isinstance(value, SearchConfig):  # every strategy's settings in a sub-section of its name
         return {k: _plain(v) for k, v in value.sections().items()}
+    if isinstance(value, BaselineEntry):  # as the config wrote it
+        return _plain(value.to_dict())
     if dataclasses.is_dataclass(value):
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, (list, tuple)):
@@ -291,7 +295,7 @@ def _resolve_path(value: str, base: Path) -> str:
     return str(path if path.is_absolute() else (base / path).resolve())
 
 
-def load_space_config(raw: Any):
+def load_space_config(raw: Any) -> SpaceConfig:
     """The space section's dataclass (by its `type`, default mobilenet) from a raw mapping."""
     return _dispatch(raw, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
 
@@ -338,7 +342,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     top = _structured(_TopLevel, raw, "config")
     base = path.parent.resolve()
     task = _dispatch(top.task, "task", "type", _task_configs(), "classification")
-    if getattr(task, "root", None):
+    if task.root:
         task.root = _resolve_path(task.root, base)
     space = load_space_config(top.space)
     search = _search_config(top.search)
@@ -347,9 +351,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
         cost.model = str(dataclasses.replace(cost.spec, argument=_resolve_path(cost.spec.argument, base)))
     if cost.model_dir:
         cost.model_dir = _resolve_path(cost.model_dir, base)
-    baselines = top.baselines or []
-    if not isinstance(baselines, list) or not all(isinstance(b, dict) and "name" in b for b in baselines):
-        raise ConfigError("baselines: expected a list of mappings, each with a name")
+    baselines = read_baselines(top.baselines)
     if top.threads < 0:
         raise ConfigError("threads: must be >= 0 (0 = pick by a probe)")
     if top.device not in RUN_DEVICES:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from nas.baselines.scoring import FixedNetwork, StandaloneTrainer
+from nas.baselines.trainer import FixedNetwork, StandaloneTrainer
 from nas.config import load_config
 from nas.training.finalize import LockstepTrainer
 from nas.runtime import keep_freed_memory

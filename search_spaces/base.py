@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Protocol
 
 import numpy as np
 import torch.nn as nn
@@ -18,7 +18,7 @@ import torch.nn as nn
 from hw_cost import Block
 
 __all__ = ["Choice", "SearchSpace", "Supernet", "ArchError", "register_space", "build_space", "space_config_class",
-           "SPACES", "arch_key"]
+           "SPACES", "SpaceConfig", "arch_key"]
 
 
 class ArchError(ValueError):
@@ -173,6 +173,13 @@ class SearchSpace(ABC):
 
 
 # ---------------------------------------------------------------------------------------------------- registry
+class SpaceConfig(Protocol):
+    """A family's config section: a dataclass registered with the family (`register_space`)."""
+
+    #: the family's name in `SPACES`
+    type: str
+
+
 SPACES: dict[str, tuple[type[SearchSpace], type]] = {}
 
 
@@ -199,7 +206,7 @@ def space_config_class(name: str) -> type:
     return _lookup(name)[1]
 
 
-def build_space(config, input_shape: tuple[int, int, int], num_outputs: int) -> SearchSpace:
+def build_space(config: SpaceConfig, input_shape: tuple[int, int, int], num_outputs: int) -> SearchSpace:
     """The space named by `config.type`, built from its config dataclass."""
     cls, _ = _lookup(config.type)
     return cls(config, input_shape=input_shape, num_outputs=num_outputs)

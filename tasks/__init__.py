@@ -1,4 +1,5 @@
 """Tasks: data sets, losses, metrics, train and evaluate loops (classification; super-resolution)."""
+from .base import Task, TaskConfig
 from .classification import ClassificationConfig, ClassificationTask
 from .data import DataError
 from .super_resolution import SuperResolutionConfig, SuperResolutionTask
@@ -8,7 +9,7 @@ TASKS = {"classification": (ClassificationConfig, ClassificationTask),
          "super_resolution": (SuperResolutionConfig, SuperResolutionTask)}
 
 
-def build_task(config, seed: int):
+def build_task(config: TaskConfig, seed: int) -> Task:
     """The task named by `config.type`."""
     if config.type not in TASKS:
         raise DataError(f"unknown task type {config.type!r}; valid: {', '.join(sorted(TASKS))}")
@@ -16,4 +17,4 @@ def build_task(config, seed: int):
 
 
 __all__ = ["ClassificationConfig", "ClassificationTask", "DataError", "SuperResolutionConfig", "SuperResolutionTask",
-           "TASKS", "build_task"]
+           "TASKS", "Task", "TaskConfig", "build_task"]

@@ -87,6 +87,7 @@ class ClassificationTask:
     """
 
     metric = "top1"
+    scale = None  # its output is no image
 
     def __init__(self, config: ClassificationConfig, seed: int):
         if config.dataset not in DATASETS:
@@ -200,3 +201,7 @@ class ClassificationTask:
             correct += int((model(x).argmax(dim=1) == y).sum())
             total += len(y)
         return 100.0 * correct / total
+
+    def scores(self, model: nn.Module, split: str = "val") -> dict[str, float]:
+        """Top-1 on `split`: the one figure a classification reports."""
+        return {self.metric: self.evaluate(model, split)}

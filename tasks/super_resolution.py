@@ -329,6 +329,7 @@ class SuperResolutionTask:
     """
 
     metric = "psnr"
+    num_classes = 0  # its outputs are no classes
 
     def __init__(self, config: SuperResolutionConfig, seed: int):
         self.config, self.scale, self.seed = config, config.scale, seed

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -6,6 +7,7 @@ import pytest
 import yaml
 
 from hw_cost import CostModelError, CostModelSpec
+from nas.baseline_entries import ZooBaseline
 from nas.config import ConfigError, load_config
 from conftest import CONFIGS, REPO
 
@@ -82,6 +84,61 @@ def test_overrides_apply_and_are_typed(tmp_path):
 def test_malformed_configs_name_the_key(tmp_path, data, message):
     with pytest.raises(ConfigError, match=message):
         load_config(write(tmp_path, data))
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"name": "b", "type": "teacher"},
+     r"baselines\[b\]\.type: unknown 'teacher'; valid: subnet, standalone, bicubic, reference, zoo$"),
+    ({"name": "b", "type": "standalone", "arch": "largest", "colour": 1},
+     r"baselines\[b\]: unknown keys \['colour'\] \(valid: arch, epochs, name, train_steps, type\)$"),
+    ({"name": "b", "type": "standalone"}, r"baselines\[b\]\.arch: a standalone baseline needs an arch"),
+    ({"name": "z", "type": "zoo", "model": "resnet18", "kwargs": [1]}, r"baselines\[z\]\.kwargs: expected a mapping"),
+    ({"name": "z", "type": "zoo"}, r"baselines\[z\]\.model: a zoo baseline names its model"),
+    ({"name": "r", "type": "reference", "network": "resnet18", "epochs": 1, "train_steps": 5},
+     r"baselines\[r\]: give epochs or train_steps, not both$"),
+    ({"name": "r", "type": "reference", "network": "resnet18", "epochs": True},
+     r"baselines\[r\]\.epochs: expected a number > 0, got True$"),
+])
+def test_a_bad_baseline_entry_fails_the_load_in_one_line(entry, message):
+    """What an entry says on its own is checked when the config loads, not when the run starts."""
+    with pytest.raises(ConfigError, match=message) as failure:
+        load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["baselines=" + json.dumps([entry])])
+    assert "\n" not in str(failure.value)
+
+
+def test_baseline_names_are_unique_when_the_config_loads():
+    with pytest.raises(ConfigError, match="baselines: names must be unique; repeated: b$"):
+        load_config(CONFIGS / "fmnist_mobilenet_smoke.yaml", ["baselines=[{name: b}, {name: b, arch: smallest}]"])
+
+
+def test_baselines_are_typed_entries_written_back_as_given():
+    """Each entry is the dataclass of its type; the run's config.yaml records it as the config wrote it (a `type`
+    left out stays out, the keys keep their order)."""
+    path = CONFIGS / "sr_edsr_x2_smoke.yaml"
+    config = load_config(path)
+    assert [(type(b).__name__, b.name) for b in config.baselines] == [
+        ("BicubicBaseline", "bicubic"), ("StandaloneBaseline", "EDSR-baseline"), ("ZooBaseline", "ESPCN"),
+        ("StandaloneBaseline", "smallest-standalone"), ("SubnetBaseline", "largest")]
+    assert config.baselines[3].train_steps == 30 and config.baselines[3].epochs is None
+    assert config.baselines[4].arch == "largest" and config.baselines[2].source is None
+    written = yaml.safe_load(path.read_text())["baselines"]
+    assert config.to_dict()["baselines"] == written
+    assert [list(b) for b in config.to_dict()["baselines"]] == [list(b) for b in written]
+    # an entry made in code writes its name, its type and what is not a default
+    assert ZooBaseline(name="z", model="espcn").to_dict() == {"name": "z", "type": "zoo", "model": "espcn"}
+
+
+def test_run_config_sections_are_typed():
+    """The resolved sections are instances of the types RunConfig names (the task's config satisfies the
+    `TaskConfig` protocol)."""
+    from nas.strategies.base import SearchConfig
+    from nas.training.supernet_training import TrainConfig
+    from tasks import TaskConfig
+
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        config = load_config(path)
+        assert isinstance(config.task, TaskConfig) and isinstance(config.train, TrainConfig)
+        assert isinstance(config.search, SearchConfig) and isinstance(config.space.type, str)
 
 
 def test_one_override_switches_the_strategy():

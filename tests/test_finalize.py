@@ -514,6 +514,9 @@ def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights(
         def evaluate(self, model, split, all_images=True):
             return model.score[split]
 
+        def scores(self, model, split):
+            return {self.metric: self.evaluate(model, split)}
+
     def net(val, test):
         module = nn.Identity()
         module.score = {"val": val, "test": test}

@@ -54,7 +54,7 @@ def test_imagenet_space_at_224_is_mobilenetv3_and_vpunn_costs_all_of_it():
     ops = {layer.op for layer in layers}
     assert {"global_avgpool", "mul"} <= ops and layers[-1].out_shape == (1, 1000, 1, 1)
     assert {layer.activation for layer in layers} >= {"relu", "hardswish", "hardsigmoid"}
-    baselines = {b["name"] for b in config.baselines}
+    baselines = {b.name for b in config.baselines}
     assert {"largest", "smallest"} <= baselines
 
 

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from conftest import EVOLVE_ONE_GENERATION, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV, BaselineCache, cache_dir
+from nas.baseline_entries import read_baselines
 from nas.baselines import BASELINE_TYPES
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -155,7 +156,7 @@ def test_a_damaged_cache_entry_is_trained_again(runs, tmp_path, monkeypatch, cap
     key_path = next(p for p in cache.glob("mobilenet_v2-*.pt"))
     key_path.write_bytes(key_path.read_bytes()[:2000])
     with caplog.at_level(logging.INFO):
-        row = BASELINE_TYPES["reference"][1](ctx, None, MNV2)
+        row = BASELINE_TYPES["reference"][1](ctx, None, ctx.config.baselines[0])
     assert "baseline cache" in caplog.text and "damaged" in caplog.text and "cached in" in caplog.text
     assert (tmp_path / "run" / "checkpoint" / "baseline_mnv2.pt").exists()
     before = next(r for r in read_csv(first.baselines) if r["name"] == "mnv2")
@@ -176,17 +177,25 @@ def ctx(tmp_path_factory):
                          torch.device("cpu"), progress=False)
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"network": "vgg16"}, r"baselines\[r\]\.network: unknown 'vgg16'; valid: mobilenet_v2, resnet18"),
-    ({}, r"baselines\[r\]\.network: a reference baseline names its network"),
-    ({"network": "mobilenet_v2", "width": 0}, r"baselines\[r\]\.width: expected a width multiplier in \(0, 4\]"),
-    ({"network": "mobilenet_v2", "width": "wide"}, r"baselines\[r\]\.width: expected a width multiplier"),
-    ({"network": "resnet50", "width": 0.5}, r"baselines\[r\]\.width: applies to mobilenet_v2 only"),
-    ({"network": "resnet18", "epochs": 1, "train_steps": 5}, r"baselines\[r\]: give epochs or train_steps"),
-    ({"network": "resnet18", "train_steps": 0}, r"baselines\[r\]\.train_steps: expected a whole number >= 1"),
-    ({"network": "resnet18", "epochs": -1}, r"baselines\[r\]\.epochs: expected a number > 0"),
-    ({"network": "resnet18", "arch": "largest"}, r"baselines\[r\]: unknown keys \['arch'\]"),
+@pytest.mark.parametrize("spec, message, on_its_own", [
+    ({"network": "vgg16"}, r"baselines\[r\]\.network: unknown 'vgg16'; valid: mobilenet_v2, resnet18", False),
+    ({}, r"baselines\[r\]\.network: a reference baseline names its network", True),
+    ({"network": "mobilenet_v2", "width": 0}, r"baselines\[r\]\.width: expected a width multiplier in \(0, 4\]",
+     False),
+    ({"network": "mobilenet_v2", "width": "wide"}, r"baselines\[r\]\.width: expected a width multiplier", False),
+    ({"network": "resnet50", "width": 0.5}, r"baselines\[r\]\.width: applies to mobilenet_v2 only", False),
+    ({"network": "resnet18", "epochs": 1, "train_steps": 5}, r"baselines\[r\]: give epochs or train_steps", True),
+    ({"network": "resnet18", "train_steps": 0}, r"baselines\[r\]\.train_steps: expected a whole number >= 1", True),
+    ({"network": "resnet18", "epochs": -1}, r"baselines\[r\]\.epochs: expected a number > 0", True),
+    ({"network": "resnet18", "arch": "largest"}, r"baselines\[r\]: unknown keys \['arch'\]", True),
 ])
-def test_reference_config_errors_name_the_field(ctx, spec, message):
+def test_reference_config_errors_name_the_field(ctx, spec, message, on_its_own):
+    """A mistake in the entry alone fails when the config loads (`read_baselines`); one that needs the network
+    fails the check against the run, before any training."""
+    raw = [{"name": "r", "type": "reference", **spec}]
+    if on_its_own:
+        with pytest.raises(ConfigError, match=message):
+            read_baselines(raw)
+        return
     with pytest.raises(ConfigError, match=message):
-        BASELINE_TYPES["reference"][0](ctx, {"name": "r", "type": "reference", **spec})
+        BASELINE_TYPES["reference"][0](ctx, read_baselines(raw)[0])

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from conftest import CONFIGS
-from nas.baselines.scoring import BASELINE_TYPES, FixedNetwork, StandaloneTrainer
+from nas.baseline_entries import BicubicBaseline, StandaloneBaseline
+from nas.baselines.scoring import BASELINE_TYPES
+from nas.baselines.trainer import FixedNetwork, StandaloneTrainer
 from nas.cli import main
 from nas.config import ConfigError, load_config
 from nas.pareto import pareto_mask
@@ -110,20 +112,28 @@ def test_standalone_training_resumes_bit_exactly(tmp_path):
     assert resumed.global_step == full.total_steps == config.task.epoch_patches // config.task.batch_size
 
 
+@pytest.mark.parametrize("entry, message", [
+    ({"name": "bad", "type": "standalone"}, r"baselines\[bad\]\.arch: .*needs an arch"),
+    ({"name": "bad", "type": "standalone", "arch": "smallest", "train_steps": 0},
+     r"baselines\[bad\]\.train_steps: expected a whole number"),
+    ({"name": "b", "type": "bicubic", "arch": "largest"}, r"baselines\[b\]: unknown keys \['arch'\]"),
+])
+def test_a_baseline_entry_fails_the_config_load(entry, message):
+    """What an entry says on its own is checked when the config loads."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(SMOKE, ["baselines=" + json.dumps([entry])])
+
+
 def test_baseline_config_errors_name_the_baseline(tmp_path):
+    """What an entry means for the run's space and task is checked when the run starts."""
     ctx = build_context(load_config(SMOKE), RunDir(tmp_path), torch.device("cpu"), progress=False)
     standalone, bicubic = BASELINE_TYPES["standalone"][0], BASELINE_TYPES["bicubic"][0]  # their checks
     with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*keys"):
-        standalone(ctx, {"name": "bad", "type": "standalone", "arch": {"blocks": 2}})
-    with pytest.raises(ConfigError, match=r"baselines\[bad\]\.arch: .*needs an arch"):
-        standalone(ctx, {"name": "bad", "type": "standalone"})
-    with pytest.raises(ConfigError, match=r"baselines\[bad\]\.train_steps: expected a whole number"):
-        standalone(ctx, {"name": "bad", "type": "standalone", "arch": "smallest", "train_steps": 0})
-    with pytest.raises(ConfigError, match=r"baselines\[b\]: unknown keys \['arch'\]"):
-        bicubic(ctx, {"name": "b", "type": "bicubic", "arch": "largest"})
-    ctx.task = SimpleNamespace(metric="top1")
+        standalone(ctx, StandaloneBaseline(name="bad", arch={"blocks": 2}))
+    bicubic(ctx, BicubicBaseline(name="b"))
+    ctx.task = SimpleNamespace(metric="top1", scale=None)
     with pytest.raises(ConfigError, match="needs a super-resolution task"):
-        bicubic(ctx, {"name": "b", "type": "bicubic"})
+        bicubic(ctx, BicubicBaseline(name="b"))
 
 
 def test_default_config_switches_to_div2k_style_folders(tmp_path):

@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from conftest import CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV
+from nas.baseline_entries import ZooBaseline
 from nas.baselines import BASELINE_TYPES, matched_epochs
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -130,7 +131,7 @@ def test_the_zoo_config_is_the_default_search_plus_the_zoo():
     zoo, default = load_config(CONFIGS / "fmnist_zoo.yaml"), load_config(CONFIGS / "fmnist_mobilenet.yaml")
     assert zoo.train == default.train and zoo.space == default.space and zoo.task == default.task
     assert zoo.search.finalize == default.search.finalize and zoo.search.settings("evolution").latency_limit_ms is None
-    models = {b.get("model") for b in zoo.baselines if b.get("type") == "zoo"}
+    models = {b.model for b in zoo.baselines if isinstance(b, ZooBaseline)}
     assert {"mobilenetv4_conv_small", "mobilenetv3_small_100", "mobilenetv3_large_100", "efficientnet_lite0",
             "mobilenet_v2", "resnet18", "resnet50"} <= models
 
@@ -204,6 +205,6 @@ def test_zoo_check_needs_a_task_it_fits(tmp_path):
                         torch.device("cpu"), progress=False)
     check = BASELINE_TYPES["zoo"][0]
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.model: unknown super-resolution network 'resnet18'"):
-        check(ctx, {"name": "z", "type": "zoo", "model": "resnet18"})
+        check(ctx, ZooBaseline(name="z", model="resnet18"))
     with pytest.raises(ConfigError, match=r"baselines\[z\]\.source: super-resolution networks are built in vpunas"):
-        check(ctx, {"name": "z", "type": "zoo", "model": "espcn", "source": "timm"})
+        check(ctx, ZooBaseline(name="z", model="espcn", source="timm"))

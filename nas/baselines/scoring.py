@@ -1,6 +1,7 @@
 """Reference models marked beside the front, scored with the same data, metric and cost model.
 
-A baseline is a config entry `{name, type, ...}`; `type` picks how it is obtained:
+A baseline is a config entry `{name, type, ...}`, read into a typed entry when the config loads
+(`nas.baseline_entries`); `type` picks how it is obtained:
 * `subnet` (default): an arch of the space (`arch: largest | smallest | {...}`) with inherited weights.
 * `standalone`: a network trained from scratch with the run's training recipe and step budget (`train` section,
   the same batches), no weight sharing: an arch of the space (`arch: largest | smallest | {...}`), or an arch
@@ -34,43 +35,32 @@ and, for the report's table per NPU generation, by VPUNN on each generation (`NP
       - {name: resnet50, type: reference, network: resnet50}
       - {name: mnv2-0.35-short, type: reference, network: mobilenet_v2, width: 0.35, train_steps: 500}
 
-Tasks with a `scores(model, split)` method (super-resolution: PSNR and SSIM) get every test score recorded.
+Every test figure a task reports is recorded (`Task.scores`: super-resolution adds SSIM to PSNR).
 baselines.csv gives each baseline its `type`, the `epochs` a trained one trained, and its latency on each NPU
 generation (`<device>_ms`).
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
-import logging
-import re
 from typing import Callable
 
-import timm
 import torch
 import torch.nn as nn
 
 from hw_cost import Block, CostModelError
-from search_spaces import ArchError, Supernet, arch_key
-from tasks.data import to_device
+from search_spaces import ArchError, arch_key
+from tasks import Task
+from tasks.super_resolution import BicubicUpsampler
 
+from ..baseline_entries import (BASELINE_ENTRIES, BaselineEntry, BicubicBaseline, ReferenceBaseline,
+                                StandaloneBaseline, SubnetBaseline, TrainedBaseline, ZooBaseline)
 from ..config import NPU_GENERATIONS, ConfigError
 from ..context import npu_generation_model
 from ..rundir import write_csv
-from ..runtime import check_finite
-from ..training.captured_step import CapturedTrainStep, capture_refusal
 from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
-from ..training.supernet_training import SupernetTrainer, TrainConfig
-from .cache import BaselineCache, cache_key
-from .reference_networks import check_reference, describe_reference, reference_block, reference_network
-from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
+from .cached import cache_entry, reference_parts, train_cached_network, zoo_parts
+from .trainer import baseline_recipe, train_from_scratch
 
-logger = logging.getLogger(__name__)
-
-__all__ = ["evaluate_baselines", "check_baselines", "BASELINE_TYPES", "TRAINED_TYPES", "CACHED_TYPES",
-           "resolve_arch", "matched_epochs", "train_cached_baseline", "cached_baseline_path", "CachedNetwork",
-           "CacheEntry"]
-
+__all__ = ["evaluate_baselines", "check_baselines", "resolve_arch", "BASELINE_TYPES", "TRAINED_TYPES"]
 
 
 def resolve_arch(space, arch, where: str) -> dict:
@@ -83,20 +73,12 @@ def resolve_arch(space, arch, where: str) -> dict:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _check_keys(spec: dict, valid: set[str]) -> None:
-    unknown = set(spec) - valid
-    if unknown:
-        raise ConfigError(f"baselines[{spec['name']}]: unknown keys {sorted(unknown)} "
-                          f"(valid: {', '.join(sorted(valid))})")
+def _check_subnet(ctx, baseline: SubnetBaseline) -> None:
+    resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
 
 
-def _check_subnet(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "arch"})
-    resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
-
-
-def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    arch = resolve_arch(ctx.space, spec.get("arch", "largest"), f"baselines[{spec['name']}].arch")
+def _subnet(ctx, evaluator: ArchEvaluator, baseline: SubnetBaseline) -> dict:
+    arch = resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
     subnet = evaluator.subnet(arch)
     record = evaluator.evaluate(arch, subnet)
     record.update(test_scores(ctx.task, subnet))
@@ -105,93 +87,31 @@ def _subnet(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
     return record
 
 
-class FixedNetwork(Supernet):
-    """A standalone network as a one-arch supernet, so that the supernet trainer's recipe trains it."""
-
-    def __init__(self, net: nn.Module):
-        super().__init__()
-        self.net = net
-
-    def set_active(self, arch: dict) -> None:
-        """There is one arch only."""
-
-    def extract(self, arch: dict) -> nn.Module:
-        return copy.deepcopy(self.net)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
-
-
-class StandaloneTrainer(SupernetTrainer):
-    """The supernet recipe (optimizer, schedule, EMA, steps, checkpoints) applied to one network: no sandwich. On
-    CUDA its step is replayed as a CUDA graph where `capture_refusal` allows."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        refusal = ("several processes" if self.dist.enabled
-                   else capture_refusal(self.device, self.optimizer, self.config.cuda_graphs))
-        if refusal and self.device.type == "cuda":
-            logger.info("%s trains eagerly on the GPU: %s", self.progress_label, refusal)
-        self.captured = None if refusal else CapturedTrainStep(self.supernet, self.optimizer, self._loss,
-                                                               self.config.grad_clip)
-
-    def _loss(self, out: torch.Tensor, y: torch.Tensor, _teacher_out: None) -> torch.Tensor:
-        return self.task.loss(out, y)
-
-    def step_archs(self, epoch: int, step: int) -> list[dict]:
-        return [{}]
-
-    def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        if self.captured is None:
-            return super().train_step(x, y, archs)
-        self.supernet.train()
-        loss = self.captured(to_device(x, self.device), to_device(y, self.device)).item()
-        check_finite([loss], f"{self.progress_label} training", self.global_step, "train.lr", self.config.lr, len(x))
-        return loss
-
-
-def _standalone_network(ctx, spec: dict) -> tuple[dict, nn.Module, list, str]:
+def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:
     """(arch, freshly initialised network, cost blocks, note) of a standalone baseline."""
-    where = f"baselines[{spec['name']}].arch"
-    if "arch" not in spec:
-        raise ConfigError(f"{where}: a standalone baseline needs an arch (largest, smallest or a dict)")
+    where = f"{baseline.where}.arch"
     torch.manual_seed(ctx.config.seed)
     try:
-        arch = resolve_arch(ctx.space, spec["arch"], where)
+        arch = resolve_arch(ctx.space, baseline.arch, where)
     except ConfigError:
-        if not hasattr(ctx.space, "reference_network") or not isinstance(spec["arch"], dict):
+        if not hasattr(ctx.space, "reference_network") or not isinstance(baseline.arch, dict):
             raise
         try:  # outside the searched ranges: the family builds it directly
-            net, blocks = ctx.space.reference_network(spec["arch"])
+            net, blocks = ctx.space.reference_network(baseline.arch)
         except ArchError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        return spec["arch"], net, blocks, "reference network outside the space"
+        return baseline.arch, net, blocks, "reference network outside the space"
     return arch, ctx.space.fresh_network(arch), ctx.space.blocks(arch), "arch of the space"
 
 
-def _check_standalone(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "arch", "epochs", "train_steps"})
-    _standalone_network(ctx, spec)
-    _baseline_recipe(ctx, spec)
+def _check_standalone(ctx, baseline: StandaloneBaseline) -> None:
+    _standalone_network(ctx, baseline)
 
 
-def _train_from_scratch(ctx, spec: dict, net: nn.Module, recipe: TrainConfig,
-                        label: str | None = None) -> tuple[nn.Module, int]:
-    """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ (an interrupted run
-    resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.
-    `label`: what the progress bar calls it (default: the baseline's name)."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec["name"])
-    trainer = StandaloneTrainer(ctx.space, FixedNetwork(net), ctx.task, recipe, ctx.config.seed,
-                                ctx.run_dir.checkpoint_dir / f"baseline_{slug}.pt", device=ctx.device)
-    trainer.progress_label = label or f"baseline {spec['name']}"
-    trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
-    return trainer.trained_model.net.eval(), trainer.total_steps
-
-
-def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    arch, net, blocks, origin = _standalone_network(ctx, spec)
-    recipe, budget = _baseline_recipe(ctx, spec)
-    model, steps = _train_from_scratch(ctx, spec, net, recipe)
+def _standalone(ctx, evaluator: ArchEvaluator, baseline: StandaloneBaseline) -> dict:
+    arch, net, blocks, origin = _standalone_network(ctx, baseline)
+    recipe, budget = baseline_recipe(ctx, baseline)
+    model, steps = train_from_scratch(ctx, baseline.name, net, recipe)
     params, macs = complexity(blocks)
     return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
             **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
@@ -199,189 +119,26 @@ def _standalone(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"{origin}, trained from scratch ({steps} steps, {budget})", "blocks": blocks}
 
 
-def _reference_network(ctx, spec: dict) -> dict:
-    """The checked {network[, width]} of a reference spec (MobileNetV2's width defaults to 1.0)."""
-    where = f"baselines[{spec['name']}]"
-    if getattr(ctx.task, "num_classes", 0) < 1:
-        raise ConfigError(f"{where}: type reference needs a classification task")
-    if "network" not in spec:
-        raise ConfigError(f"{where}.network: a reference baseline names its network (e.g. mobilenet_v2, resnet50)")
-    try:
-        check_reference(spec["network"], spec.get("width"))
-    except ValueError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    if spec["network"] == "mobilenet_v2":
-        return {"network": "mobilenet_v2", "width": float(spec.get("width", 1.0))}
-    return {"network": spec["network"]}
-
-
-def matched_epochs(config) -> tuple[float, str]:
-    """(epochs, in words) of the longest training an arch the run hands over can get: the supernet's epochs
-    (`train.epochs`, when finalisation starts from the inherited weights) plus finalisation's most epochs
-    (`max_epochs` under a run budget, else `epochs`; none without finalisation). Known from the config alone, so a
-    trained baseline's budget, and its cache entry, do not depend on the machine's speed; a budget that shortens
-    finalisation on a slow machine only widens the baselines' lead."""
-    final = config.search.finalize
-    supernet = config.train.epochs if final.init == "inherited" or not final.archs else 0.0
-    most = (max(final.epochs, final.max_epochs) if final.run_budget_minutes else final.epochs) if final.archs else 0.0
-    parts = ([f"{supernet:g} supernet"] if supernet else []) + ([f"{most:g} finalisation"] if most else [])
-    return supernet + most, f"as long as the longest-trained finalised arch: {' + '.join(parts)} epochs"
-
-
-def _baseline_recipe(ctx, spec: dict) -> tuple[TrainConfig, str]:
-    """The run's recipe for `matched_epochs`, or for the entry's own `epochs` / `train_steps`; with its budget in
-    words."""
-    where = f"baselines[{spec['name']}]"
-    if "epochs" in spec and "train_steps" in spec:
-        raise ConfigError(f"{where}: give epochs or train_steps, not both")
-    if "train_steps" in spec:
-        steps = spec["train_steps"]
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-            raise ConfigError(f"{where}.train_steps: expected a whole number >= 1, got {steps!r}")
-        epochs = steps / ctx.task.train_batches.steps_per_epoch()
-        return dataclasses.replace(ctx.config.train, epochs=epochs), "the run's recipe, the entry's own train_steps"
-    if "epochs" in spec:
-        epochs = spec["epochs"]
-        if isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or not epochs > 0:
-            raise ConfigError(f"{where}.epochs: expected a number > 0, got {epochs!r}")
-        return (dataclasses.replace(ctx.config.train, epochs=float(epochs)),
-                f"the run's recipe for the entry's own {float(epochs):g} epochs")
-    epochs, words = matched_epochs(ctx.config)
-    return dataclasses.replace(ctx.config.train, epochs=epochs), f"the run's recipe for {epochs:g} epochs, {words}"
-
-
-def _check_covered(ctx, spec: dict, block, what: str) -> None:
+def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
     try:
         ctx.cost_model.check_covers([block])
     except CostModelError:
-        raise ConfigError(f"baselines[{spec['name']}]: {ctx.cost_model.name} cannot cost a whole {what} (a latency "
+        raise ConfigError(f"{baseline.where}: {ctx.cost_model.name} cannot cost a whole {what} (a latency "
                           "table holds the blocks of a search space); cost the run with cost.model: vpunn:..., or set "
                           "cost.measure_missing: true to measure it here") from None
 
 
-def _check_reference(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "network", "width", "epochs", "train_steps"})
-    _check_covered(ctx, spec, _reference_parts(ctx, spec).block, _reference_network(ctx, spec)["network"])
-    _baseline_recipe(ctx, spec)
+def _check_reference(ctx, baseline: ReferenceBaseline) -> None:
+    _check_covered(ctx, baseline, reference_parts(ctx, baseline).block, baseline.network)
 
 
-@dataclasses.dataclass
-class CachedNetwork:
-    """What a cached baseline (`reference`, `zoo`) is: its identity in the cache, a fresh network, its cost
-    block and its description."""
-
-    identity: dict
-    fresh: Callable[[], nn.Module]
-    block: object
-    note: str
+def _check_zoo(ctx, baseline: ZooBaseline) -> None:
+    _check_covered(ctx, baseline, zoo_parts(ctx, baseline).block, baseline.model)
 
 
-def _reference_parts(ctx, spec: dict) -> CachedNetwork:
-    network = _reference_network(ctx, spec)
-    name, width, task = network["network"], network.get("width"), ctx.task
-    return CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
-                          reference_block(name, task.input_shape, task.num_classes, width),
-                          describe_reference(name, task.input_shape, width))
-
-
-def _zoo_settings(ctx, spec: dict) -> dict:
-    """The checked {model, source, kwargs[, scale]} of a zoo spec."""
-    where = f"baselines[{spec['name']}]"
-    model, kwargs = spec.get("model"), spec.get("kwargs") or {}
-    if not isinstance(model, str) or not model:
-        raise ConfigError(f"{where}.model: a zoo baseline names its model (e.g. mobilenetv4_conv_small, resnet50, "
-                          "or fsrcnn / espcn for super-resolution)")
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{where}.kwargs: expected a mapping of keyword arguments, got {kwargs!r}")
-    task = ctx.task
-    try:
-        if hasattr(task, "scale"):  # super-resolution: the networks built here
-            if "source" in spec:
-                raise ZooError("source: super-resolution networks are built in vpunas (fsrcnn, espcn)")
-            settings = {"model": model, "source": "vpunas", "kwargs": kwargs, "scale": task.scale}
-            zoo_network(model, task.input_shape, task.num_outputs, kwargs=kwargs, scale=task.scale)
-        elif getattr(task, "num_classes", 0) >= 1:
-            settings = {"model": model, "source": resolve_source(model, spec.get("source", "auto")), "kwargs": kwargs}
-            zoo_network(model, task.input_shape, task.num_classes, source=settings["source"], kwargs=kwargs)
-        else:
-            raise ZooError("type: zoo needs a classification or super-resolution task")
-    except ZooError as exc:
-        raise ConfigError(f"{where}.{exc}") from None
-    return settings
-
-
-def _zoo_parts(ctx, spec: dict) -> CachedNetwork:
-    settings, task = _zoo_settings(ctx, spec), ctx.task
-    model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
-    source = "auto" if scale is not None else settings["source"]
-    outputs = task.num_outputs
-    identity = {"network": f"zoo-{model}", **settings, "timm": timm.__version__}
-    return CachedNetwork(identity,
-                          lambda: zoo_network(model, task.input_shape, outputs, source=source, kwargs=kwargs,
-                                              scale=scale),
-                          zoo_block(model, task.input_shape, outputs, source=source, kwargs=kwargs, scale=scale),
-                          describe_zoo(model, task.input_shape, source=source, kwargs=kwargs, scale=scale))
-
-
-def _check_zoo(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type", "model", "source", "kwargs", "epochs", "train_steps"})
-    _check_covered(ctx, spec, _zoo_parts(ctx, spec).block, spec["model"])
-    _baseline_recipe(ctx, spec)
-
-
-#: cached baseline types -> what their networks are
-_CACHED_PARTS = {"reference": _reference_parts, "zoo": _zoo_parts}
-
-
-@dataclasses.dataclass
-class CacheEntry:
-    """A `reference` or `zoo` baseline as the cache knows it: its network, recipe (with its budget in words) and
-    key."""
-
-    parts: CachedNetwork
-    recipe: TrainConfig
-    budget: str
-    key: dict
-
-
-def _cache_entry(ctx, spec: dict) -> CacheEntry:
-    parts, task = _CACHED_PARTS[spec["type"]](ctx, spec), ctx.task
-    recipe, budget = _baseline_recipe(ctx, spec)
-    return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
-                                                        ctx.config.task, recipe, ctx.config.seed))
-
-
-def cached_baseline_path(ctx, spec: dict):
-    """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
-    return BaselineCache().path(_cache_entry(ctx, spec).key)
-
-
-def train_cached_baseline(ctx, spec: dict, entry: CacheEntry | None = None,
-                          label: str | None = None) -> tuple[dict, int]:
-    """The scores and training steps of a `reference` or `zoo` baseline (or of another network `entry` describes,
-    such as a probe arch): from the cache, or trained now and cached. `label`: what the log calls it (default
-    `baselines[<name>]`)."""
-    entry = entry or _cache_entry(ctx, spec)
-    log_label = label or f"baselines[{spec['name']}]"
-    task, seed, cache = ctx.task, ctx.config.seed, BaselineCache()
-
-    def fresh() -> nn.Module:
-        torch.manual_seed(seed)
-        return entry.parts.fresh()
-
-    cached = cache.load(entry.key, fresh())
-    if cached is not None:
-        logger.info("%s: trained weights and scores from the cache (%s)", log_label, cache.path(entry.key))
-        return cached.scores, cached.steps
-    model, steps = _train_from_scratch(ctx, spec, fresh(), entry.recipe, label)
-    scores = {task.metric: round(float(task.evaluate(fed_from_cpu(model), "val")), 4), **test_scores(task, model)}
-    logger.info("%s: trained %d steps; cached in %s", log_label, steps, cache.store(entry.key, model, scores, steps))
-    return scores, steps
-
-
-def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    entry = _cache_entry(ctx, spec)
-    scores, steps = train_cached_baseline(ctx, spec, entry)
+def _cached(ctx, evaluator: ArchEvaluator, baseline: ReferenceBaseline | ZooBaseline) -> dict:
+    entry = cache_entry(ctx, baseline)
+    scores, steps = train_cached_network(ctx, baseline.name, entry)
     block = entry.parts.block
     params, macs = complexity([block])
     return {"arch": entry.parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
@@ -389,18 +146,17 @@ def _cached(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
             "note": f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})", "blocks": [block]}
 
 
-def _check_bicubic(ctx, spec: dict) -> None:
-    _check_keys(spec, {"name", "type"})
-    if not hasattr(ctx.task, "bicubic_model"):
-        raise ConfigError(f"baselines[{spec['name']}]: type bicubic needs a super-resolution task")
+def _check_bicubic(ctx, baseline: BicubicBaseline) -> None:
+    if ctx.task.scale is None:
+        raise ConfigError(f"{baseline.where}: type bicubic needs a super-resolution task")
 
 
-def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
-    task = ctx.task
+def _bicubic(ctx, evaluator: ArchEvaluator, baseline: BicubicBaseline) -> dict:
+    task: Task = ctx.task
     # on the device bicubic upscaling is one interpolation layer (the cost model's rule for 'upsample')
     latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
                                               (1, *task.input_shape))
-    model = task.bicubic_model()
+    model = BicubicUpsampler(task.scale)
     return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model),
             "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
             "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)",
@@ -408,29 +164,23 @@ def _bicubic(ctx, evaluator: ArchEvaluator, spec: dict) -> dict:
                              lambda: nn.Upsample(scale_factor=task.scale, mode="bicubic"))]}
 
 
-#: type -> (check of a spec, run before any work; scoring)
-BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {"subnet": (_check_subnet, _subnet),
-                                                        "standalone": (_check_standalone, _standalone),
-                                                        "bicubic": (_check_bicubic, _bicubic),
-                                                        "reference": (_check_reference, _cached),
-                                                        "zoo": (_check_zoo, _cached)}
-#: types trained from scratch for the run (`matched_epochs`); of them, those cached across runs
-TRAINED_TYPES = ("standalone", "reference", "zoo")
-CACHED_TYPES = tuple(_CACHED_PARTS)
+#: type (`nas.baseline_entries.BASELINE_ENTRIES`) -> (check of an entry against the run, made before any work;
+#: scoring)
+BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_check_subnet, _subnet),
+                                                        StandaloneBaseline.type: (_check_standalone, _standalone),
+                                                        BicubicBaseline.type: (_check_bicubic, _bicubic),
+                                                        ReferenceBaseline.type: (_check_reference, _cached),
+                                                        ZooBaseline.type: (_check_zoo, _cached)}
+#: types trained from scratch for the run (`matched_epochs`)
+TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
 
 
 def check_baselines(ctx) -> None:
-    """Every baseline spec valid for the run's task and space (type, keys, arch): a mistake fails before any
-    training, not after the search."""
-    names = [spec["name"] for spec in ctx.config.baselines]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise ConfigError(f"baselines: names must be unique; repeated: {', '.join(map(str, repeated))}")
-    for spec in ctx.config.baselines:
-        kind = spec.get("type", "subnet")
-        if kind not in BASELINE_TYPES:
-            raise ConfigError(f"baselines[{spec['name']}].type: unknown {kind!r}; valid: {', '.join(BASELINE_TYPES)}")
-        BASELINE_TYPES[kind][0](ctx, spec)
+    """Every baseline valid for the run's task, space and cost model (an arch of the space, a network the task
+    trains and the cost model costs): a mistake fails before any training, not after the search. What an entry
+    says on its own is checked when the config loads (`nas.baseline_entries.read_baselines`)."""
+    for baseline in ctx.config.baselines:
+        BASELINE_TYPES[baseline.type][0](ctx, baseline)
 
 
 def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
@@ -456,16 +206,17 @@ def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict
     if workers is not None:
         workers.wait()
     metric = ctx.task.metric
-    specs = {spec["name"]: spec for spec in ctx.config.baselines}
+    baselines = {baseline.name: baseline for baseline in ctx.config.baselines}
     per_generation = _latency_per_generation(ctx)
 
-    def score(spec: dict) -> dict:
-        kind = spec.get("type", "subnet")
-        row = BASELINE_TYPES[kind][1](ctx, evaluator, spec)
-        return dict(row, **per_generation(row.pop("blocks")), key=spec["name"], name=spec["name"], type=kind)
+    def score(baseline: BaselineEntry) -> dict:
+        row = BASELINE_TYPES[baseline.type][1](ctx, evaluator, baseline)
+        return dict(row, **per_generation(row.pop("blocks")), key=baseline.name, name=baseline.name,
+                    type=baseline.type)
 
-    journal = CachedEvaluator(lambda name: score(specs[name]), ctx.run_dir.baseline_journal, key=lambda name: name)
-    rows = [journal(name) for name in specs]
+    journal = CachedEvaluator(lambda name: score(baselines[name]), ctx.run_dir.baseline_journal,
+                              key=lambda name: name)
+    rows = [journal(name) for name in baselines]
     extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
     columns = ["name", "type", metric, f"test_{metric}", *extra, "latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS),
                "cost_model", "params", "macs", "epochs", "note", "arch"]

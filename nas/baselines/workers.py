@@ -23,19 +23,21 @@ from pathlib import Path
 
 import torch
 
+from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import load_config
 from ..context import build_context
 from ..rundir import RunDir
-from .scoring import CACHED_TYPES, cached_baseline_path, train_cached_baseline
+from .cached import CACHED_TYPES, cached_baseline_path, train_cached_baseline
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["BaselineWorkers"]
 
 
-def _work(run_path: str, specs: list[dict], threads: int, index: int, device: str) -> None:
-    """A worker process: the run's context rebuilt from its config.yaml on the run's `device`, then each baseline
-    of `specs` trained and cached."""
+def _work(run_path: str, baselines: list[ReferenceBaseline | ZooBaseline], threads: int, index: int,
+          device: str) -> None:
+    """A worker process: the run's context rebuilt from its config.yaml on the run's `device`, then each of
+    `baselines` trained and cached."""
     run_dir = RunDir(run_path)
     handler = logging.FileHandler(run_dir.log, encoding="utf-8")
     handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s baseline-worker-{index} %(name)s: %(message)s"))
@@ -43,8 +45,8 @@ def _work(run_path: str, specs: list[dict], threads: int, index: int, device: st
     config = load_config(run_dir.config)
     config.threads = threads
     ctx = build_context(config, run_dir, torch.device(device), progress=False)
-    for spec in specs:
-        train_cached_baseline(ctx, spec)
+    for baseline in baselines:
+        train_cached_baseline(ctx, baseline)
 
 
 class BaselineWorkers:
@@ -57,21 +59,21 @@ class BaselineWorkers:
         wanted = ctx.config.baseline_workers
         if not wanted or not ctx.dist.is_main or ctx.dist.enabled:
             return
-        specs = [s for s in ctx.config.baselines if s.get("type") in CACHED_TYPES
-                 and not cached_baseline_path(ctx, s).exists()]
-        if not specs:
+        untrained: list[ReferenceBaseline | ZooBaseline] = [
+            b for b in ctx.config.baselines if b.type in CACHED_TYPES and not cached_baseline_path(ctx, b).exists()]
+        if not untrained:
             return
-        count = min(wanted, len(specs))
+        count = min(wanted, len(untrained))
         threads = max(1, (os.cpu_count() or 1) // (count + 1))
         spawn = multiprocessing.get_context("spawn")
         for index in range(count):
-            share = specs[index::count]
+            share = untrained[index::count]
             process = spawn.Process(target=_work, name=f"baseline-worker-{index}", daemon=False,
                                     args=(str(Path(ctx.run_dir.path)), share, threads, index, str(ctx.device)))
             process.start()
-            self.processes.append((process, [s["name"] for s in share]))
+            self.processes.append((process, [b.name for b in share]))
         logger.info("baseline workers: %d processes (%d threads each) train %s beside the search", count, threads,
-                    ", ".join(s["name"] for s in specs))
+                    ", ".join(b.name for b in untrained))
 
     def wait(self) -> None:
         """Until every worker has ended; a failed one is logged (its baselines are then trained in this

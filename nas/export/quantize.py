@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from hw_cost.openvino_runtime import openvino
+from tasks import Task
 
 __all__ = ["quantize", "OpenVinoNet", "int8_metric", "eval_split", "CALIBRATION_SAMPLES", "DEFAULT_MAX_DROP"]
 
@@ -30,7 +31,7 @@ CALIBRATION_SAMPLES = 300
 DEFAULT_MAX_DROP = {"top1": 1.0, "psnr": 0.3}
 
 
-def quantize(model: nn.Module, task):
+def quantize(model: nn.Module, task: Task):
     """The INT8 `openvino.Model` of `model` (a float network in eval mode), calibrated on the task's
     `ptq_samples`."""
     # NNCF imports torch's C++-extension helper, which warns on stderr that a CUDA folder has no runtime
@@ -66,12 +67,12 @@ class OpenVinoNet(nn.Module):
         return torch.from_numpy(self.compiled([x.numpy()])[self.compiled.output(0)].copy())
 
 
-def eval_split(task) -> str:
-    """The split INT8 is checked on: test, or val for a task without a test split."""
-    return "test" if len(getattr(task, "test", ())) else "val"
+def eval_split(task: Task) -> str:
+    """The split INT8 is checked on: test, or val for a task whose test split is empty."""
+    return "test" if len(task.test) else "val"
 
 
-def int8_metric(model: nn.Module, task) -> tuple[object, float]:
+def int8_metric(model: nn.Module, task: Task) -> tuple[object, float]:
     """(the INT8 `openvino.Model` of `model`, its task metric on `eval_split(task)`, every image)."""
     quantized = quantize(model, task)
     return quantized, float(task.evaluate(OpenVinoNet(quantized), eval_split(task), all_images=True))

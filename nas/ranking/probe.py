@@ -30,7 +30,8 @@ import numpy as np
 from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
-from ..baselines.scoring import CachedNetwork, CacheEntry, matched_epochs, train_cached_baseline
+from ..baselines.cached import CachedNetwork, CacheEntry, train_cached_network
+from ..baselines.trainer import matched_epochs
 from ..randomness import RunRandom
 from ..rundir import read_csv, write_csv
 from ..strategies.random_search import RandomConfig, sample_archs
@@ -124,8 +125,8 @@ def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
     if not train and not all(cache.path(entry.key).exists() for _, entry in entries):
         return None
     # named by its cache file, so that a checkpoint under RUN_DIR/checkpoint resumes only the same training
-    return [(arch, train_cached_baseline(ctx, {"name": cache.path(entry.key).stem}, entry,
-                                         label=f"probe arch {i + 1} of {len(entries)}")[0])
+    return [(arch, train_cached_network(ctx, cache.path(entry.key).stem, entry,
+                                        label=f"probe arch {i + 1} of {len(entries)}")[0])
             for i, (arch, entry) in enumerate(entries)]
 
 

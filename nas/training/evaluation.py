@@ -9,6 +9,7 @@ import torch.nn as nn
 
 from hw_cost import Block, CostModel
 from search_spaces import SearchSpace, Supernet, arch_key
+from tasks import Task
 from tasks.data import to_device
 
 from ..distributed import Distributed
@@ -43,10 +44,9 @@ def fed_from_cpu(model: nn.Module) -> nn.Module:
     return model if device.type == "cpu" else _FedFromCpu(model, device)
 
 
-def test_scores(task, model: nn.Module) -> dict:
+def test_scores(task: Task, model: nn.Module) -> dict:
     """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
-    model = fed_from_cpu(model)
-    scores = task.scores(model, "test") if hasattr(task, "scores") else {task.metric: task.evaluate(model, "test")}
+    scores = task.scores(fed_from_cpu(model), "test")
     return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
 
 

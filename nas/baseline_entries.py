@@ -1,0 +1,168 @@
+"""The `baselines:` entries of a run config as typed entries, one dataclass per `type`, read when the config loads.
+
+`read_baselines` checks what an entry says on its own (its type, keys, budget, a unique name) with one line naming
+the entry (`baselines[<name>]...`); what it means for the run's task, space and cost model (an arch of the space, a
+network the task can train, a block the cost model can cost) is checked when the run starts
+(`nas.baselines.check_baselines`). `nas.baselines.scoring` says what each type is and how it is scored.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional, Union
+
+from .errors import ConfigError
+
+__all__ = ["BaselineEntry", "TrainedBaseline", "SubnetBaseline", "StandaloneBaseline", "BicubicBaseline",
+           "ReferenceBaseline", "ZooBaseline", "BASELINE_ENTRIES", "read_baselines"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaselineEntry:
+    """A baseline marked beside the front.
+
+    Args:
+        name: its name in baselines.csv and the report (unique within a run).
+        written: the keys the config gave it, in their order: the run's config.yaml records the entry as written
+            (`to_dict`), a `type` left out included. An entry made in code writes its name, its type and the
+            values that are not the defaults.
+    """
+
+    type: ClassVar[str]
+    name: str
+    written: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.written:
+            given = [f.name for f in dataclasses.fields(self)
+                     if f.name not in ("name", "written") and getattr(self, f.name) != f.default]
+            object.__setattr__(self, "written", ("name", "type", *given))
+
+    @property
+    def where(self) -> str:
+        """How errors name the entry."""
+        return f"baselines[{self.name}]"
+
+    def to_dict(self) -> dict:
+        """The entry's mapping as the config wrote it."""
+        return {key: self.type if key == "type" else getattr(self, key) for key in self.written}
+
+    def _check(self) -> None:
+        """ConfigError (one line) when the entry's own values do not fit its type."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubnetBaseline(BaselineEntry):
+    """`subnet` (the default type): an arch of the space (`largest`, `smallest` or a mapping) with the supernet's
+    weights."""
+
+    type: ClassVar[str] = "subnet"
+    arch: Union[str, dict] = "largest"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainedBaseline(BaselineEntry):
+    """A network trained from scratch with the run's recipe (`train`) for `nas.baselines.matched_epochs`, or for
+    the entry's own `epochs` or `train_steps` (one of them, not both)."""
+
+    epochs: Optional[float] = None
+    train_steps: Optional[int] = None
+
+    def _check(self) -> None:
+        if self.epochs is not None and self.train_steps is not None:
+            raise ConfigError(f"{self.where}: give epochs or train_steps, not both")
+        steps, epochs = self.train_steps, self.epochs
+        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+            raise ConfigError(f"{self.where}.train_steps: expected a whole number >= 1, got {steps!r}")
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, (int, float)) or
+                                   not epochs > 0):
+            raise ConfigError(f"{self.where}.epochs: expected a number > 0, got {epochs!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandaloneBaseline(TrainedBaseline):
+    """`standalone`: an arch of the space, or one outside its ranges for families that build reference networks
+    (`SearchSpace.reference_network`), trained from scratch."""
+
+    type: ClassVar[str] = "standalone"
+    arch: Union[str, dict, None] = None
+
+    def _check(self) -> None:
+        if self.arch is None:
+            raise ConfigError(f"{self.where}.arch: a standalone baseline needs an arch (largest, smallest or a dict)")
+        super()._check()
+
+
+@dataclass(frozen=True, kw_only=True)
+class BicubicBaseline(BaselineEntry):
+    """`bicubic`: bicubic upscaling, for super-resolution tasks."""
+
+    type: ClassVar[str] = "bicubic"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceBaseline(TrainedBaseline):
+    """`reference`: a torchvision network adapted to the task's input (`nas.baselines.reference_networks`), for
+    classification tasks; `width`: MobileNetV2's multiplier (default 1.0)."""
+
+    type: ClassVar[str] = "reference"
+    network: Optional[str] = None
+    width: Optional[float] = None
+
+    def _check(self) -> None:
+        if self.network is None:
+            raise ConfigError(f"{self.where}.network: a reference baseline names its network (e.g. mobilenet_v2, "
+                              "resnet50)")
+        super()._check()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ZooBaseline(TrainedBaseline):
+    """`zoo`: a published network by name (`nas.baselines.zoo`): any timm or torchvision classifier (`source`:
+    timm, torchvision or, left out, whichever knows the name, timm first), or for super-resolution fsrcnn / espcn;
+    `kwargs`: its keyword arguments."""
+
+    type: ClassVar[str] = "zoo"
+    model: Optional[str] = None
+    source: Optional[str] = None
+    kwargs: Optional[dict] = None
+
+    def _check(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(f"{self.where}.model: a zoo baseline names its model (e.g. mobilenetv4_conv_small, "
+                              "resnet50, or fsrcnn / espcn for super-resolution)")
+        if self.kwargs is not None and not isinstance(self.kwargs, dict):
+            raise ConfigError(f"{self.where}.kwargs: expected a mapping of keyword arguments, got {self.kwargs!r}")
+        super()._check()
+
+
+#: `type` -> its entry
+BASELINE_ENTRIES: dict[str, type[BaselineEntry]] = {cls.type: cls for cls in (
+    SubnetBaseline, StandaloneBaseline, BicubicBaseline, ReferenceBaseline, ZooBaseline)}
+
+
+def _entry(raw: dict) -> BaselineEntry:
+    where = f"baselines[{raw['name']}]"
+    kind = raw.get("type", SubnetBaseline.type)
+    if kind not in BASELINE_ENTRIES:
+        raise ConfigError(f"{where}.type: unknown {kind!r}; valid: {', '.join(BASELINE_ENTRIES)}")
+    cls = BASELINE_ENTRIES[kind]
+    valid = {"type", *(f.name for f in dataclasses.fields(cls) if f.name != "written")}
+    unknown = set(raw) - valid
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (valid: {', '.join(sorted(valid))})")
+    entry = cls(**{k: v for k, v in raw.items() if k != "type"}, written=tuple(raw))
+    entry._check()
+    return entry
+
+
+def read_baselines(raw: Any) -> list[BaselineEntry]:
+    """The `baselines:` list as typed entries (None: none); ConfigError (one line) naming the entry at fault."""
+    raw = raw or []
+    if not isinstance(raw, list) or not all(isinstance(b, dict) and "name" in b for b in raw):
+        raise ConfigError("baselines: expected a list of mappings, each with a name")
+    names = [b["name"] for b in raw]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"baselines: names must be unique; repeated: {', '.join(map(str, repeated))}")
+    return [_entry(b) for b in raw]
