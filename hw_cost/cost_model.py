@@ -77,6 +77,11 @@ class CostModel(ABC):
     def check_covers(self, blocks: Sequence[Block]) -> None:
         """Raise CostModelError when some of `blocks` cannot be costed (checked before a run trains anything)."""
 
+    def network_cost(self, model: nn.Module, input_shape):
+        """A per-layer breakdown of `model`'s latency (with `table()`, `ms`, `fps`: VPUNN's `NetworkCost`); None
+        (the default) for a kind that costs whole blocks only, as a latency table does."""
+        return None
+
     def model_latency_ms(self, model: nn.Module, input_shape) -> float:
         """Latency of any torch model, through its layer descriptors."""
         return self.latency_ms(layers_as_blocks(extract_layers(model, input_shape, dtype=self.dtype)))

@@ -139,6 +139,12 @@ class SearchSpace(ABC):
         its own size would."""
         return self.build_supernet().extract(self.validate(arch))
 
+    def reference_network(self, arch: dict) -> tuple[nn.Module, list[Block]] | None:
+        """A freshly initialised network of the family whose sizes lie outside the searched ranges (a reference
+        baseline such as the EDSR-baseline), with its cost blocks; ArchError when `arch` is malformed. None (the
+        default): the family builds only archs of its space."""
+        return None
+
     def sample(self, rng: np.random.Generator) -> dict:
         return self.decode([rng.integers(len(c.values)) for c in self.choices])
 

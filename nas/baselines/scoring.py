@@ -94,12 +94,15 @@ def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Mod
     try:
         arch = resolve_arch(ctx.space, baseline.arch, where)
     except ConfigError:
-        if not hasattr(ctx.space, "reference_network") or not isinstance(baseline.arch, dict):
+        if not isinstance(baseline.arch, dict):
             raise
-        try:  # outside the searched ranges: the family builds it directly
-            net, blocks = ctx.space.reference_network(baseline.arch)
+        try:  # outside the searched ranges: a family that can builds it directly
+            built = ctx.space.reference_network(baseline.arch)
         except ArchError as exc:
             raise ConfigError(f"{where}: {exc}") from None
+        if built is None:
+            raise
+        net, blocks = built
         return baseline.arch, net, blocks, "reference network outside the space"
     return arch, ctx.space.fresh_network(arch), ctx.space.blocks(arch), "arch of the space"
 

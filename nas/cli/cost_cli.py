@@ -124,15 +124,14 @@ def _cost(args) -> int:
         cost_model = _cost_model(spec, args)
         shape = parse_input_shape(args.input or "1x3x224x224")
         model, blocks, name = build_named_model(args.model), None, args.model
-    network_cost = getattr(cost_model, "network_cost", None)
-    if network_cost is None:  # a cost model without per-layer costs (e.g. a latency table)
+    result = cost_model.network_cost(model, shape)
+    if result is None:  # a cost model without per-layer costs (e.g. a latency table)
         ms = cost_model.latency_ms(blocks) if blocks is not None else cost_model.model_latency_ms(model, shape)
         corrected = cost_model.correction
         note = f" (corrected for the run's machine: {corrected.scale:.3g} x table + {corrected.offset_ms:.4f} ms)" \
             if corrected else ""
         print(f"{name} on {cost_model.name}{note}: {ms:.4f} ms, {shape[0] * 1e3 / ms:.1f} fps")
         return 0
-    result = network_cost(model, shape)
     print(result.table())
     print(f"{name} on {cost_model.name} ({args.dtype or 'uint8'}, input {'x'.join(map(str, shape))}): "
           f"{result.ms:.4f} ms, {result.fps:.1f} fps")

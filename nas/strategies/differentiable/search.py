@@ -138,7 +138,7 @@ class _Subset:
 
     def __init__(self, source, indices: np.ndarray):
         self.source, self.indices = source, np.asarray(indices)
-        self.num_classes = getattr(source, "num_classes", None)
+        self.num_classes = source.num_classes
 
     def __len__(self) -> int:
         return len(self.indices)
