@@ -131,7 +131,7 @@ def test_baselines_are_typed_entries_written_back_as_given():
 def test_run_config_sections_are_typed():
     """The resolved sections are instances of the types RunConfig names (the task's config satisfies the
     `TaskConfig` protocol)."""
-    from nas.strategies.base import SearchConfig
+    from nas.strategies import SearchConfig
     from nas.training.supernet_training import TrainConfig
     from tasks import TaskConfig
 
