@@ -90,6 +90,7 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
     """
     config = load_config(config_path, overrides)
     run_dir = RunDir(out if out is not None else Path("runs") / config.name)
+    launch = Distributed.from_environment()
     if resume:
         if not run_dir.exists():
             raise ParameterError(f"`resume`: {run_dir.path} holds no run (no config.yaml)")
@@ -108,13 +109,12 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             raise ParameterError(f"run directory {run_dir.path} exists and is not empty; use `resume` to continue it "
                                  "or `out` for a new one")
         if config.threads == 0:
-            launch = Distributed.from_environment()
             # processes sharing a machine share its cores (probing them at once would measure each other)
             config.threads = (_probe_threads() if launch.local_world_size == 1
                               else max(1, (os.cpu_count() or 1) // launch.local_world_size))
     if config.supernet_from:
         supernet_source(config)  # checked before anything is written
-    device = resolve_device(config.device, Distributed.from_environment().local_rank)
+    device = resolve_device(config.device, launch.local_rank)
     config.device = device.type
     start(device.type).barrier()  # every process has checked the directory before rank 0 creates it
     return config, run_dir, device
