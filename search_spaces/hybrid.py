@@ -26,7 +26,6 @@ stage], "kernel": [[k ...] ...], "expand": [[e ...] ...], "head": width}.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Optional
