@@ -16,10 +16,12 @@ widths:
   MobileNetV4's early stages);
 
 its kernel and its expansion ratio (of the block's input width); per stage its depth and its output width (a
-multiple of 16); and the stem's and the head's widths. Weights are shared as OFA shares them: every block position
-holds one module per block type, on the largest widths of its input, expansion and output, and an arch runs the
-leading channels of each (channel slicing) and the centre of each kernel. A block adds its input when it keeps
-stride and width.
+multiple of 16); and the stem's and the head's widths. Weights are shared across block types as MobileNetV4's
+universal inverted bottleneck shares them (every type is one block with two optional depthwise convs around one
+expansion and one projection: `ElasticUIB`), and across widths and kernels as OFA shares them: every block position
+holds one such block on the largest widths of its input, expansion and output, and an arch runs the leading channels
+of each conv (channel slicing) and the centre of each kernel. A block adds its input when it keeps stride and
+width.
 
 An arch: {"stem": width, "depth": [d per stage], "width": [w per stage], "block": [[type per active block] per
 stage], "kernel": [[k ...] ...], "expand": [[e ...] ...], "head": width}.
@@ -40,7 +42,7 @@ from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 
 __all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
-           "HybridNet"]
+           "HybridNet", "ElasticUIB"]
 
 #: the block types, from the cheapest to the costliest at equal widths (the order of their choice's values)
 BLOCK_TYPES = ("convnext", "ib", "extradw", "fused")
@@ -144,51 +146,70 @@ class _ElasticConvBn(nn.Module):
         self.bn = ElasticBatchNorm2d(out_channels)
         self.act = act_layer() if act_layer is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None):
-        return self.act(self.bn(self.conv(x, out_channels=out_channels, kernel_size=kernel_size)))
+    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None,
+                stride: int | None = None):
+        return self.act(self.bn(self.conv(x, out_channels=out_channels, kernel_size=kernel_size, stride=stride)))
 
-    def export_into(self, target: ConvBnAct, in_channels: int, out_channels: int, kernel_size: int) -> None:
-        target[0] = self.conv.export(in_channels, out_channels, kernel_size)
+    def export_into(self, target: ConvBnAct, in_channels: int, out_channels: int, kernel_size: int,
+                    stride: int | None = None) -> None:
+        target[0] = self.conv.export(in_channels, out_channels, kernel_size, stride)
         target[1] = self.bn.export(in_channels if self.conv.depthwise else out_channels)
 
 
-class ElasticHybridBlock(nn.Module):
-    """One block type at one block position, on the largest widths the position can see; runs the active input
-    width (read from its input), expansion, output width and kernel."""
+class ElasticUIB(nn.Module):
+    """The block at one block position, for every block type of its stage: one universal inverted bottleneck
+    (MobileNetV4) whose types are masks over shared weights. An optional depthwise conv on the input (ConvNext-like
+    and ExtraDW), one expansion, an optional depthwise conv inside it (IB and ExtraDW), one projection: every type
+    trains the expansion and the projection, and each depthwise conv is shared by the two types that use it. The
+    expansion's weight is k x k when the stage has fused blocks: a fused block runs it whole, the other types its
+    centre tap as their 1x1 expansion (OFA's kernel sharing). Each piece holds the largest input, expanded and
+    output widths of the position and the largest kernel; an arch runs the leading channels and the centred kernel.
+    Where the stride goes depends on the type (as in `HybridBlock`), so the shared convs take it per call."""
 
-    def __init__(self, kind: str, max_in: int, max_out: int, *, stride: int, kernel_sizes, expand_ratios,
-                 act_layer: type[nn.Module], channel_divisor: int):
+    def __init__(self, kinds: tuple[str, ...], max_in: int, max_out: int, *, stride: int, kernel_sizes,
+                 expand_ratios, act_layer: type[nn.Module], channel_divisor: int):
         super().__init__()
-        start_dw, mid_dw, fused = _layout(kind)
-        self.kind, self.stride, self.divisor, self.act_layer = kind, stride, channel_divisor, act_layer
+        self.stride, self.divisor, self.act_layer = stride, channel_divisor, act_layer
         k = max(kernel_sizes)
         max_mid = expanded_width(max_in, max(expand_ratios), channel_divisor)
-        self.start = (_ElasticConvBn(max_in, max_in, k, stride=1 if mid_dw else stride, depthwise=True)
-                      if start_dw else None)
-        self.expand = _ElasticConvBn(max_in, max_mid, k if fused else 1, stride=stride if fused else 1,
+        layouts = [_layout(kind) for kind in kinds]
+        self.start = (_ElasticConvBn(max_in, max_in, k, depthwise=True)
+                      if any(start for start, _, _ in layouts) else None)
+        self.expand = _ElasticConvBn(max_in, max_mid, k if any(fused for *_, fused in layouts) else 1,
                                      act_layer=act_layer)
-        self.mid = (_ElasticConvBn(max_mid, max_mid, k, stride=stride, depthwise=True, act_layer=act_layer)
-                    if mid_dw else None)
+        self.mid = (_ElasticConvBn(max_mid, max_mid, k, depthwise=True, act_layer=act_layer)
+                    if any(mid for _, mid, _ in layouts) else None)
         self.project = _ElasticConvBn(max_mid, max_out, 1)
 
-    def forward(self, x: torch.Tensor, out_channels: int, kernel_size: int, expand_ratio: int) -> torch.Tensor:
+    def _strides(self, kind: str) -> tuple[int, int, int]:
+        """The strides of the input depthwise conv, the expansion and the inner depthwise conv of a type."""
+        _, mid_dw, fused = _layout(kind)
+        return (1 if mid_dw else self.stride), (self.stride if fused else 1), self.stride
+
+    def forward(self, x: torch.Tensor, kind: str, out_channels: int, kernel_size: int,
+                expand_ratio: int) -> torch.Tensor:
+        start_dw, mid_dw, fused = _layout(kind)
+        start_stride, expand_stride, mid_stride = self._strides(kind)
         mid = expanded_width(x.shape[1], expand_ratio, self.divisor)
-        h = self.start(x, kernel_size=kernel_size) if self.start is not None else x
-        h = self.expand(h, out_channels=mid, kernel_size=kernel_size if self.kind == "fused" else 1)
-        if self.mid is not None:
-            h = self.mid(h, kernel_size=kernel_size)
+        h = self.start(x, kernel_size=kernel_size, stride=start_stride) if start_dw else x
+        h = self.expand(h, out_channels=mid, kernel_size=kernel_size if fused else 1, stride=expand_stride)
+        if mid_dw:
+            h = self.mid(h, kernel_size=kernel_size, stride=mid_stride)
         h = self.project(h, out_channels=out_channels)
         return x + h if self.stride == 1 and x.shape[1] == out_channels else h
 
-    def extract(self, in_channels: int, out_channels: int, kernel_size: int, expand_ratio: int) -> HybridBlock:
+    def extract(self, kind: str, in_channels: int, out_channels: int, kernel_size: int,
+                expand_ratio: int) -> HybridBlock:
+        start_dw, mid_dw, fused = _layout(kind)
+        start_stride, expand_stride, mid_stride = self._strides(kind)
         mid = expanded_width(in_channels, expand_ratio, self.divisor)
-        block = HybridBlock(self.kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel_size,
+        block = HybridBlock(kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel_size,
                             stride=self.stride, act_layer=self.act_layer)
-        if self.start is not None:
-            self.start.export_into(block.start, in_channels, in_channels, kernel_size)
-        self.expand.export_into(block.expand, in_channels, mid, kernel_size if self.kind == "fused" else 1)
-        if self.mid is not None:
-            self.mid.export_into(block.mid, mid, mid, kernel_size)
+        if start_dw:
+            self.start.export_into(block.start, in_channels, in_channels, kernel_size, start_stride)
+        self.expand.export_into(block.expand, in_channels, mid, kernel_size if fused else 1, expand_stride)
+        if mid_dw:
+            self.mid.export_into(block.mid, mid, mid, kernel_size, mid_stride)
         self.project.export_into(block.project, mid, out_channels, 1)
         return block.train(self.training)
 
@@ -224,15 +245,12 @@ class HybridSupernet(Supernet):
         self.stages = nn.ModuleList()
         max_in = max(cfg.stem_widths)
         for stage, expands in zip(cfg.stages, space.stage_expands):
-            positions = nn.ModuleList()
-            for b in range(max(stage.depths)):
-                positions.append(nn.ModuleDict({
-                    kind: ElasticHybridBlock(kind, max_in if b == 0 else max(stage.widths), max(stage.widths),
-                                             stride=stage.stride if b == 0 else 1, kernel_sizes=space.kernels,
-                                             expand_ratios=expands, act_layer=act,
-                                             channel_divisor=cfg.channel_divisor)
-                    for kind in space.stage_types[len(self.stages)]}))
-            self.stages.append(positions)
+            kinds = space.stage_types[len(self.stages)]
+            self.stages.append(nn.ModuleList(
+                ElasticUIB(kinds, max_in if b == 0 else max(stage.widths), max(stage.widths),
+                           stride=stage.stride if b == 0 else 1, kernel_sizes=space.kernels, expand_ratios=expands,
+                           act_layer=act, channel_divisor=cfg.channel_divisor)
+                for b in range(max(stage.depths))))
             max_in = max(stage.widths)
         self.head = ElasticHybridHead(max_in, max(cfg.head_widths), space.num_outputs, dropout=cfg.dropout,
                                       act_layer=act)
@@ -243,18 +261,19 @@ class HybridSupernet(Supernet):
         self.arch = self.space.validate(arch)
 
     def _active_blocks(self):
-        """(block module, its input width, output width, kernel, expansion) of each block of the active arch."""
+        """(block position, block type, its input width, output width, kernel, expansion) of each block of the
+        active arch."""
         arch, c = self.arch, self.arch["stem"]
         for s, positions in enumerate(self.stages):
             for b in range(arch["depth"][s]):
                 out = arch["width"][s]
-                yield positions[b][arch["block"][s][b]], c, out, arch["kernel"][s][b], arch["expand"][s][b]
+                yield positions[b], arch["block"][s][b], c, out, arch["kernel"][s][b], arch["expand"][s][b]
                 c = out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x, out_channels=self.arch["stem"])
-        for block, _, out, k, e in self._active_blocks():
-            x = block(x, out, k, e)
+        for block, kind, _, out, k, e in self._active_blocks():
+            x = block(x, kind, out, k, e)
         return self.head(x, self.arch["head"])
 
     def extract(self, arch: dict) -> HybridNet:
@@ -262,7 +281,7 @@ class HybridSupernet(Supernet):
         stem = ConvBnAct(self.space.input_shape[0], self.arch["stem"], 3, stride=self.space.config.stem_stride,
                          act_layer=self.space.act_layer)
         self.stem.export_into(stem, self.space.input_shape[0], self.arch["stem"], 3)
-        blocks = [block.extract(c, out, k, e) for block, c, out, k, e in self._active_blocks()]
+        blocks = [block.extract(kind, c, out, k, e) for block, kind, c, out, k, e in self._active_blocks()]
         last = self.arch["width"][-1]
         return HybridNet(stem, blocks, self.head.extract(last, self.arch["head"])).train(self.training)
 
