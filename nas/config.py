@@ -102,11 +102,14 @@ class ProbeConfig:
         epochs: epochs each is trained from scratch with the run's recipe (`train`); None = the finalisation's
             (`search.finalize.epochs`; the supernet's and finalisation's most epochs without finalisation).
         resamples: bootstrap resamples of the intervals.
+        within_limit: spread the archs over the search's latency window (from the smallest arch to the largest
+            within the latency limit) instead of the whole space: where the search ranks.
     """
 
     archs: int = 24
     epochs: Optional[float] = None
     resamples: int = 2000
+    within_limit: bool = False
 
     def __post_init__(self):
         if self.archs < 0 or self.archs == 1:
