@@ -28,7 +28,6 @@ from .graph_steps import GraphSteps
 from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
 from .net_timing import NetClock
-from .plan import epochs_text
 from .replan import Replanner
 from .schedules import cosine_schedulers, net_optimizer
 
@@ -259,9 +258,8 @@ class LockstepTrainer:
                     self.global_step += 1
                     shortened = replanner.shortened(self.net_steps, self.global_step) if replanner else None
                     if shortened is not None:
-                        logger.info("finalisation is late for the run budget at step %d: %s -> %s", self.global_step,
-                                    epochs_text(self.net_epochs), epochs_text([s / self.steps_per_epoch
-                                                                               for s in shortened]))
+                        logger.info("finalisation is late for the run budget at step %d: its nets end at steps %s "
+                                    "instead of %s", self.global_step, shortened, self.net_steps)
                         self.reschedule(shortened)
                         self.save()
                         replanner.record(self.net_steps)
