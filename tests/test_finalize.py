@@ -544,7 +544,8 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
 def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
     finalisation times its steps and plans half its epochs (the plan's floor); its first step finds the run late,
-    so the re-planning stops the training there (recorded in the plan), and every arch is still scored."""
+    so the re-planning stops the training there (recorded in the plan), and every arch is still scored. Resumed
+    after a kill that left the re-plan unrecorded, it records it and trains nothing again."""
     overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01",
                  "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
@@ -559,6 +560,17 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
     assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)
     assert all(r["final_epochs"] == "0.06" for r in final)
+    # killed after the re-plan's checkpoint, before its record and the scoring: the resumed run records the
+    # checkpoint's schedules and trains no step again
+    FinalizationPlan(plan.keys, [0.5] * 3, timing=plan.timing).save(run.checkpoint_dir)
+    (run.checkpoint_dir / "finalized.jsonl").unlink()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
+        assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
+    assert "late for the run budget" not in caplog.text and "finalised 3 archs" in caplog.text
+    assert torch.load(run.checkpoint_dir / "finalize.pt")["global_step"] == 1
+    assert FinalizationPlan.load(run.checkpoint_dir, epochs=1.0).epochs == [1 / 16] * 3
+    assert all(r["final_epochs"] == "0.06" for r in read_csv(run.candidates) if r["final_top1"] != "")
 
 
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
