@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 #: re-plan this often: a twentieth of an epoch, the default run's half a minute
 CHECKS_PER_EPOCH = 20
+#: the pace is that of the steps of this many checks back (of the session), so that one slow stretch (a
+#: checkpoint, a burst of other work) does not cut the plan for good
+PACE_CHECKS = 4
 
 
 def planned_seconds(net_steps: Sequence[int], net_seconds: Sequence[float], step_seconds: float,
@@ -53,33 +57,35 @@ class PlanTiming:
 
 
 class Replanner:
-    """Every `every` steps of a lockstep training, the pace of the steps since the last check (their wall time
-    over what `timing` gives them) predicts the time the rest of the schedules and the scoring after them take;
-    when the run would end after `ends_at` (a `time.perf_counter()` reading), the schedules of the nets still
-    training shrink by one factor, each to no fewer steps than it has trained, until it would not (all of them
-    stop where they are if nothing else fits). The plan keeps its shape: the split of the time by step cost.
+    """Every `every` steps of a lockstep training, the pace of the steps of the last `PACE_CHECKS` checks (their
+    wall time over what `timing` gives them) predicts the time the rest of the schedules and the scoring after
+    them take; when the run would end after `ends_at` (a `time.perf_counter()` reading), the schedules of the
+    nets still training shrink by one factor, each to no fewer steps than it has trained, until it would not
+    (all of them stop where they are if nothing else fits). The plan keeps its shape: the split of the time by
+    step cost.
 
     `record(net_steps)` is called with each new schedule once the training's checkpoint holds it."""
 
     def __init__(self, timing: PlanTiming, ends_at: float, every: int, record: Callable[[list[int]], None]):
         self.timing, self.ends_at, self.every, self.record = timing, ends_at, max(1, every), record
-        self._since: tuple[float, int] | None = None  # (time, step) of the last check
+        self._checks: deque[tuple[float, int, float]] = deque(maxlen=PACE_CHECKS + 1)
 
     def start(self, global_step: int) -> None:
         """A session's training starts at `global_step`: its pace is timed from here."""
-        self._since = (time.perf_counter(), global_step)
+        self._checks.clear()
+        self._checks.append((time.perf_counter(), global_step, 0.0))
 
     def shortened(self, net_steps: Sequence[int], global_step: int) -> list[int] | None:
         """The nets' new schedules (steps) at `global_step` when the run is late; None when it is on time or no
         check is due."""
-        since, from_step = self._since
-        if global_step - from_step < self.every:
+        if global_step - self._checks[-1][1] < self.every:
             return None
-        now = time.perf_counter()
-        self._since = (now, global_step)
+        now, from_step = time.perf_counter(), self._checks[-1][1]
         modelled = (self.timing.training_seconds(net_steps, from_step)
-                    - self.timing.training_seconds(net_steps, global_step))
-        pace = (now - since) / max(modelled, 1e-9)
+                    - self.timing.training_seconds(net_steps, global_step))  # the steps since the last check
+        self._checks.append((now, global_step, modelled))
+        (since, _, _), *windows = self._checks  # each check's modelled seconds are those of the steps before it
+        pace = (now - since) / max(sum(m for _, _, m in windows), 1e-9)
         seconds_left = self.ends_at - now - pace * (self.timing.scoring_seconds + self.timing.after_seconds)
 
         def fits(steps: Sequence[int]) -> bool:
