@@ -15,6 +15,7 @@ from .config import FinalizeConfig
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, FinalizationPlan, epochs_text
 from .replan import PlanTiming, planned_seconds
+from .schedules import epochs_to_steps
 from .scoring import better_of
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
                 for c in net_seconds]
 
     def fits(net_epochs: Sequence[float]) -> bool:
-        steps = [max(1, round(e * steps_per_epoch)) for e in net_epochs]
+        steps = epochs_to_steps(net_epochs, steps_per_epoch)
         return planned_seconds(steps, net_seconds, step_seconds, workers) + scoring_seconds <= seconds_left
 
     low, high = lowest, highest * math.sqrt(max(net_seconds) / cheapest)  # plan(high): all at `highest`
@@ -101,7 +102,7 @@ def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
     timing = PlanTiming(step_seconds, net_seconds, trainer.threads.nets_at_once(), scoring, after)
     epochs = budgeted_epochs(config.epochs, config.max_epochs, left, scoring + after, trainer.steps_per_epoch,
                              step_seconds, net_seconds, timing.workers)
-    planned = timing.training_seconds([max(1, round(e * trainer.steps_per_epoch)) for e in epochs])
+    planned = timing.training_seconds(epochs_to_steps(epochs, trainer.steps_per_epoch))
     logger.info("run budget %g min: %.1f min left for finalisation and the rest of the run; %d archs, a lockstep "
                 "step takes %.2f s (%.0f-%.0f ms a net), scoring about %.0f s and %.0f s after it -> %s "
                 "(configured: %.3g; about %.1f min)", config.run_budget_minutes, left / 60, len(chosen), step_seconds,

@@ -29,7 +29,7 @@ from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
 from .net_timing import NetClock
 from .replan import Replanner
-from .schedules import cosine_schedulers, net_optimizer
+from .schedules import cosine_schedulers, epochs_to_steps, net_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class LockstepTrainer:
         epochs = [config.epochs] * len(nets) if epochs is None else list(epochs)
         if len(epochs) != len(nets):
             raise ValueError(f"LockstepTrainer: {len(epochs)} schedules for {len(nets)} nets")
-        self.net_steps = [max(1, round(e * self.steps_per_epoch)) for e in epochs]  # each net's schedule
+        self.net_steps = epochs_to_steps(epochs, self.steps_per_epoch)  # each net's schedule
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.schedulers = self._schedulers()
@@ -223,8 +223,8 @@ class LockstepTrainer:
         return losses
 
     def reschedule(self, net_steps: Sequence[int]) -> None:
-        """Shorten the nets' schedules to `net_steps` (none under `global_step`): each net's cosine ends at its new
-        last step, from the learning rate it gives at the current one."""
+        """Shorten the nets' schedules to `net_steps` (none under `global_step`): each net's learning rate follows
+        from here the warm-up and cosine of its shorter schedule, which ends at its new last step."""
         if any(new < min(old, self.global_step) or new > old for new, old in zip(net_steps, self.net_steps)):
             raise ValueError(f"LockstepTrainer.reschedule: {list(net_steps)} at step {self.global_step} of "
                              f"{self.net_steps}")

@@ -62,10 +62,6 @@ class FinalizationPlan:
             return cls(list(names), [epochs] * len(names))
         return None
 
-    def steps(self, steps_per_epoch: int) -> list[int]:
-        """Each arch's schedule in steps (as `LockstepTrainer` counts them)."""
-        return [max(1, round(e * steps_per_epoch)) for e in self.epochs]
-
     def reschedule(self, net_steps: Sequence[int], steps_per_epoch: int, checkpoint_dir: Path) -> None:
         """Record the schedules the training follows from now on (a re-plan), in the run directory."""
         self.epochs = [steps / steps_per_epoch for steps in net_steps]

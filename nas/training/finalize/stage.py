@@ -17,6 +17,7 @@ from .config import FinalizeConfig
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, SCREENING_CHECKPOINT_FILE, FinalizationPlan, epochs_text
 from .replan import CHECKS_PER_EPOCH, Replanner
+from .schedules import epochs_to_steps
 from .scoring import better_of, final_weights_path, int8_scores, val_metric
 from .selection import feasible_records, ranking_fidelity, select_spread
 
@@ -76,7 +77,7 @@ def _trainer(ctx, plan: FinalizationPlan, chosen: Sequence[dict], evaluator: Arc
     trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint, epochs=plan.epochs)
     if plan.from_screening and not started and screening.exists():  # none: a screening too short for one step
         trainer.continue_from(screening)
-    if plan.steps(trainer.steps_per_epoch) != trainer.net_steps:
+    if epochs_to_steps(plan.epochs, trainer.steps_per_epoch) != trainer.net_steps:
         plan.reschedule(trainer.net_steps, trainer.steps_per_epoch, ctx.run_dir.checkpoint_dir)
     return trainer
 
