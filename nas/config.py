@@ -19,7 +19,7 @@ from hw_cost import CostModelError, CostModelSpec
 from search_spaces import SPACES, SpaceConfig
 from tasks import TASKS, TaskConfig
 
-from .baseline_entries import BaselineEntry, read_baselines
+from .baseline_entries import BaselineEntry, check_measured_recipes, read_baselines
 from .errors import ConfigError
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
@@ -369,11 +369,13 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
                 raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the supernet "
                                   f"training's sandwich rule, which search.strategy={search.strategy} does not "
                                   f"use; leave it at {getattr(TrainConfig, name)}")
-    return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
-                     search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
-                     device=top.device, baseline_workers=top.baseline_workers,
-                     supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None,
-                     probe=probe)
+    config = RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
+                       search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
+                       device=top.device, baseline_workers=top.baseline_workers,
+                       supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None,
+                       probe=probe)
+    check_measured_recipes(config)
+    return config
 
 
 def first_difference(a, b, prefix: str = "") -> str | None:

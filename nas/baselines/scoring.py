@@ -17,6 +17,9 @@ A baseline is a config entry `{name, type, ...}`, read into a typed entry when t
 * `zoo`: a published network by name, `model:` any timm or torchvision model (`source: timm | torchvision`, default
   whichever knows the name, timm first) with its keyword arguments (`kwargs:`), or for super-resolution `fsrcnn` /
   `espcn`; adapted to the task's input as `nas.baselines.zoo` says and trained from scratch exactly as `standalone` is.
+  With `measured:` (its test and val figures measured on another machine at the run's recipe, where and when:
+  `nas.baseline_entries.ZooBaseline`) it is not trained: the figures are taken, the network built and costed, and
+  baselines.csv's `scores_from` says where the figures come from.
 
 Trained baselines (`standalone`, `reference`, `zoo`) train with the run's recipe (`train` section: optimizer,
 batch, augmentation, schedule shape) for as long as the longest-trained arch the run hands over (`matched_epochs`:
@@ -149,6 +152,22 @@ def _cached(ctx, evaluator: ArchEvaluator, baseline: ReferenceBaseline | ZooBase
             "note": f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})", "blocks": [block]}
 
 
+def _zoo(ctx, evaluator: ArchEvaluator, baseline: ZooBaseline) -> dict:
+    """A zoo network trained for the run (or from the cache), or with the figures its entry says were measured
+    elsewhere at the run's recipe (`measured`): then it is only built and costed, and `scores_from` says where the
+    figures come from."""
+    if baseline.measured is None:
+        return _cached(ctx, evaluator, baseline)
+    parts, metric = zoo_parts(ctx, baseline), ctx.task.metric
+    params, macs = complexity([parts.block])
+    val = {metric: baseline.measured["val"]} if "val" in baseline.measured else {}
+    return {"arch": parts.identity, **val, f"test_{metric}": baseline.measured["test"],
+            "latency_ms": round(ctx.cost_model.latency_ms([parts.block]), 6), "cost_model": ctx.cost_model.name,
+            "params": params, "macs": macs, "epochs": round(float(baseline.measured["recipe"]["epochs"]), 3),
+            "note": f"{parts.note}, figures measured elsewhere (not trained in this run)",
+            "scores_from": baseline.provenance, "blocks": [parts.block]}
+
+
 def _check_bicubic(ctx, baseline: BicubicBaseline) -> None:
     if ctx.task.scale is None:
         raise ConfigError(f"{baseline.where}: type bicubic needs a super-resolution task")
@@ -173,7 +192,7 @@ BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_c
                                                         StandaloneBaseline.type: (_check_standalone, _standalone),
                                                         BicubicBaseline.type: (_check_bicubic, _bicubic),
                                                         ReferenceBaseline.type: (_check_reference, _cached),
-                                                        ZooBaseline.type: (_check_zoo, _cached)}
+                                                        ZooBaseline.type: (_check_zoo, _zoo)}
 #: types trained from scratch for the run (`matched_epochs`)
 TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
 
@@ -221,8 +240,9 @@ def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict
                               key=lambda name: name)
     rows = [journal(name) for name in baselines]
     extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
+    measured = ["scores_from"] if any(r.get("scores_from") for r in rows) else []  # figures measured elsewhere
     columns = ["name", "type", metric, f"test_{metric}", *extra, "latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS),
-               "cost_model", "params", "macs", "epochs", "note", "arch"]
+               "cost_model", "params", "macs", "epochs", "note", *measured, "arch"]
     write_csv(ctx.run_dir.baselines, [{c: r.get(c, "") for c in columns} | {"arch": arch_key(r["arch"])} for r in rows],
               columns)
     return rows

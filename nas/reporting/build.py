@@ -41,7 +41,7 @@ def _draw_run(ax, rows: list[dict], baselines: list[dict], metric: str, label: s
                              if r["is_final_pareto"] in (True, "True"))
         ax.plot(*zip(*final_front), final_line, c=orange, lw=1.5, label=f"{prefix}finalised front", zorder=3)
     markers = "s^Dv*Ph"
-    for i, b in enumerate(baselines):
+    for i, b in enumerate(b for b in baselines if b.get(metric, "") != ""):  # measured elsewhere: maybe no val
         ax.scatter([float(b["latency_ms"])], [float(b[metric])], marker=markers[i % len(markers)], s=70,
                    edgecolors="black", zorder=4, label=f"{prefix}{b['name']}",
                    **({"c": baseline_colour} if baseline_colour else {}))

@@ -335,10 +335,13 @@ def training_note(view: RunView) -> str:
         inherited = config is not None and config.search.finalize.init == "inherited"
         supernet = f"{float(config.train.epochs):g} supernet + " if inherited else ""
         parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
-    trained = [float(b["epochs"]) for b in view.baselines
+    trained = [b for b in view.baselines
                if baseline_type(b) in ("standalone", "reference", "zoo") and b.get("epochs", "") != ""]
     if trained:
-        parts.append(f"trained baselines {_span(trained)} epochs from scratch")
+        measured = [b["name"] for b in trained if b.get("scores_from")]
+        elsewhere = f" ({', '.join(measured)}: figures measured elsewhere, see scores_from)" if measured else ""
+        parts.append(f"trained baselines {_span([float(b['epochs']) for b in trained])} epochs from scratch"
+                     f"{elsewhere}")
     return "; ".join(parts)
 
 
@@ -363,9 +366,14 @@ def _headline_section(view: RunView) -> str:
            "the finalised archs (types standalone, reference, zoo) or bicubic upscaling; zoo networks give one "
            "(<code>configs/fmnist_zoo.yaml</code>).</p>")
     kinds = {b["name"]: baseline_type(b) for b in view.baselines}
-    items = "".join(f"<li>{html.escape(line)}"
-                    + (" <i>(inherited weights: not like with like)</i>" if kinds.get(line.split(" (")[0]) == "subnet"
-                       else "") + "</li>" for line in lines)
+    sources = {b["name"]: b.get("scores_from", "") for b in view.baselines}
+
+    def remark(name: str) -> str:
+        if kinds.get(name) == "subnet":
+            return " <i>(inherited weights: not like with like)</i>"
+        return f" <i>(figures {html.escape(sources[name])})</i>" if sources.get(name) else ""
+
+    items = "".join(f"<li>{html.escape(line)}{remark(line.split(' (')[0])}</li>" for line in lines)
     return f"{top}<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
 
 
@@ -506,8 +514,8 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
                      *devices, "is_final_pareto", "params", "macs", "arch"]
     base_columns = [c for c in ("name", "type", metric, f"test_{metric}") if baselines and c in baselines[0]]
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
-    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note")
-                     if baselines and c in baselines[0]]
+    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note",
+                                 "scores_from") if baselines and c in baselines[0]]
     tau = fidelity_of(final, metric)
     final_section = "" if not final else (
         f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
