@@ -400,3 +400,11 @@ def test_differentiable_search_of_the_hybrid_space_end_to_end(tmp_path):
     assert float(derived["final_top1"]) > 20  # it learned (10 classes: chance is 10%)
     page = run.report_html.read_text()
     assert "Pareto front" in page and '<svg class="arch"' in page
+
+
+def test_the_hybrid_dnas_config_searches_the_hybrid_configs_space():
+    """configs/fmnist_npu_dnas.yaml holds a copy of fmnist_npu.yaml's space (its other sections start from the
+    default config's: fmnist_npu.yaml's sandwich settings would be refused)."""
+    config = load_config(CONFIGS / "fmnist_npu_dnas.yaml")
+    assert config.search.strategy == "differentiable"
+    assert config.space == load_config(CONFIGS / "fmnist_npu.yaml").space
