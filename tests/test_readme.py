@@ -138,6 +138,10 @@ README_COMMANDS = {
     ".venv/bin/python scripts/paper_table.py RUN_DIR [SR_RUN_DIR]": ["scripts/paper_table.py", "{run}"],
     ".venv/bin/python scripts/bench_search.py": None,  # tests/test_random_search.py runs it on a tiny search
     ".venv/bin/python scripts/bench_ranking.py RUN_DIR": None,  # tests/test_probe.py runs it on a probed smoke run
+    # tests/test_train_alone.py runs it on the hybrid smoke space; the results page's measured call
+    ".venv/bin/python scripts/train_alone.py CONFIG --out DIR --within-us 54.7 88": None,
+    ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/ceiling/run --within-us 88 54.7":
+        None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
     "vpunas probe RUN_DIR": None,

@@ -41,7 +41,7 @@ from .accuracy_predictor import arch_features, held_out_predictions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "read_probe", "probe_figures",
+__all__ = ["probe_archs", "probe_entries", "standalone_entry", "ranking_stats", "score_probe", "read_probe", "probe_figures",
            "figure_lines", "format_stat", "PROBE_STATS"]
 
 
@@ -68,17 +68,22 @@ def _recipe(ctx):
 
 def probe_entries(ctx) -> list[tuple[dict, CacheEntry]]:
     """The run's probe archs with their cache entries (network, recipe, key)."""
-    space, task, config = ctx.space, ctx.task, ctx.config
+    space, config = ctx.space, ctx.config
     recipe = _recipe(ctx)
     latency = lambda arch: ctx.cost_model.latency_ms(space.blocks(arch))  # noqa: E731
     limit = config.search.finalize_scope()[0] if config.probe.within_limit else None
-    entries = []
-    for arch in probe_archs(space, latency, config.probe.archs, config.seed, limit):
-        identity = {"network": f"probe-{space.family}", "space": dataclasses.asdict(config.space), "arch": arch}
-        parts = CachedNetwork(identity, lambda arch=arch: space.fresh_network(arch), None, "probe arch")
-        key = cache_key(identity, task.input_shape, task.num_outputs, config.task, recipe, config.seed)
-        entries.append((arch, CacheEntry(parts, recipe, f"the run's recipe for {recipe.epochs:g} epochs", key)))
-    return entries
+    return [(arch, standalone_entry(ctx, arch, recipe))
+            for arch in probe_archs(space, latency, config.probe.archs, config.seed, limit)]
+
+
+def standalone_entry(ctx, arch: dict, recipe) -> CacheEntry:
+    """The cache entry of `arch` of the run's space trained alone with `recipe` (a `TrainConfig`): the same entry
+    whether a probe set or `scripts/train_alone.py` trains it."""
+    space, task, config = ctx.space, ctx.task, ctx.config
+    identity = {"network": f"probe-{space.family}", "space": dataclasses.asdict(config.space), "arch": arch}
+    parts = CachedNetwork(identity, lambda: space.fresh_network(arch), None, "probe arch")
+    key = cache_key(identity, task.input_shape, task.num_outputs, config.task, recipe, config.seed)
+    return CacheEntry(parts, recipe, f"the run's recipe for {recipe.epochs:g} epochs", key)
 
 
 def _kendall(x, y) -> float:
