@@ -101,18 +101,32 @@ def toy_problem() -> tuple:
     return space, space.sample(np.random.default_rng(42))
 
 
-def toy_record(arch: dict) -> dict:
-    """The toy problem's record of `arch`: score = closeness to the target (optimum 0 there); latency: the arch's
-    total gene value."""
+def toy_record(arch: dict):
+    """The toy problem's candidate of `arch`: score = closeness to the target (optimum 0 there); latency: the
+    arch's total gene value."""
     import numpy as np
 
+    from nas.candidate import Candidate
     from search_spaces import arch_key
 
     space, target = toy_problem()
     genes, target_genes = space.encode(arch), space.encode(target)
     active = space.encode(space.decode(genes))  # canonical genes
-    return {"key": arch_key(arch), "arch": arch, "score": -float(np.abs(active - target_genes).sum()),
-            "latency_ms": float(genes.sum()) + 1.0}
+    return Candidate(arch, arch_key(arch), "score", -float(np.abs(active - target_genes).sum()),
+                     float(genes.sum()) + 1.0, "toy", params=0, macs=0)
+
+
+def made_up_candidate(id: int, latency_ms: float, *, score: float = 0.0, test: float | None = None,
+                      final_test: float | None = None, metric: str = "top1"):
+    """A candidate of a made-up arch (`{"a": id}`) with the figures a report's test gives: `test` its inherited
+    test score, `final_test` its finalised one (None: not finalised)."""
+    from nas.candidate import Candidate, FinalScores
+    from search_spaces import arch_key
+
+    arch = {"a": id}
+    final = None if final_test is None else FinalScores(final_test, {metric: final_test}, epochs=1)
+    return Candidate(arch, arch_key(arch), metric, score, latency_ms, "toy", params=0, macs=0, id=id,
+                     test_score=test, final=final)
 
 
 def vpunn_layer_of_row(r: dict):

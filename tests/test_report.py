@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, made_up_candidate
 from nas.reporting.arch_picture import arch_summary, arch_svg
 from nas.cli import main
 from nas.rundir import RunDir, read_csv
@@ -192,7 +192,7 @@ def test_papers_sentence_names_reference_baselines_by_network():
     sentence while references exist."""
     from nas.reporting.report import baseline_matches, paper_sentence, reference_label
 
-    rows = [{"id": "4", "latency_ms": "1.0", "test_top1": "92.0"}, {"id": "7", "latency_ms": "2.0", "test_top1": "93"}]
+    rows = [made_up_candidate(4, 1.0, test=92.0), made_up_candidate(7, 2.0, test=93)]
     base = [{"name": "largest", "test_top1": "91", "latency_ms": "3", "arch": '{"depth":[1]}'},
             {"name": "a", "test_top1": "91.5", "latency_ms": "1.3", "arch": '{"network":"mobilenet_v2","width":1.4}'},
             {"name": "b", "test_top1": "92.5", "latency_ms": "4.4", "arch": '{"network":"resnet50"}'},

@@ -80,11 +80,10 @@ def _check_subnet(ctx, baseline: SubnetBaseline) -> None:
 def _subnet(ctx, evaluator: ArchEvaluator, baseline: SubnetBaseline) -> dict:
     arch = resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
     subnet = evaluator.subnet(arch)
-    record = evaluator.evaluate(arch, subnet)
-    record.update(test_scores(ctx.task, subnet))
-    record["note"] = "subnet with inherited weights"
-    record["blocks"] = ctx.space.blocks(arch)
-    return record
+    candidate = evaluator.evaluate(arch, subnet)
+    return {"arch": candidate.arch, ctx.task.metric: candidate.score, "latency_ms": candidate.latency_ms,
+            "cost_model": candidate.cost_model, "params": candidate.params, "macs": candidate.macs,
+            **test_scores(ctx.task, subnet), "note": "subnet with inherited weights", "blocks": ctx.space.blocks(arch)}
 
 
 def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:

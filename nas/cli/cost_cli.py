@@ -63,7 +63,7 @@ def _run_arch(run_dir: str, arch_id: str):
 
     run = RunDir(run_dir)
     with as_flags(arch_id="--arch"):
-        arch = run_arch(run, arch_id)["arch"]
+        arch = run_arch(run, arch_id).arch
     config = load_config(run.config)
     task, space = build_task_and_space(config)
     return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config

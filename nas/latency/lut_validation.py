@@ -18,6 +18,7 @@ from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace, arch_key
 
+from ..candidate import Candidate
 from ..errors import RunDirError
 from ..randomness import RunRandom
 from ..rundir import EvaluationJournal, atomic_write_text
@@ -132,8 +133,8 @@ def correct_for_this_machine(space: SearchSpace, model: CostModel, mode: str, n_
     atomic_write_text(Path(run_dir.path) / CORRECTION_FILE, json.dumps(record, indent=1) + "\n")
 
 
-def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
-    """Arch key -> end-to-end latency (ms) of each of `records` measured on this machine, for a run whose cost
+def measured_beside_predicted(ctx, records: list[Candidate]) -> dict[str, float]:
+    """Arch key -> end-to-end latency (ms) of each of the candidates `records` measured on this machine, for a run whose cost
     model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl (read
     by the report; `measured_latencies`), so a resumed run measures nothing twice."""
     model = ctx.cost_model
@@ -141,8 +142,8 @@ def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)
-    keys = [arch_key(r["arch"]) for r in records]
-    todo = {key: r["arch"] for key, r in zip(keys, records) if key not in done}
+    keys = [arch_key(c.arch) for c in records]
+    todo = {key: c.arch for key, c in zip(keys, records) if key not in done}
     if todo:
         measured = measure_here(ctx.space, model.table, list(todo.values()))
         for key, ms in zip(todo, measured):

@@ -142,10 +142,10 @@ def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
     limit, _ = ctx.config.search.finalize_scope()
     rows, features = [], []
     for arch, scores in standalone:
-        record = evaluator.evaluate(arch)
-        features.append(arch_features(space, arch, record[metric]))
-        rows.append({"latency_ms": record["latency_ms"], "within_limit": limit is None or record["latency_ms"] <= limit,
-                     "params": record["params"], "macs": record["macs"], f"inherited_{metric}": record[metric],
+        candidate = evaluator.evaluate(arch)
+        features.append(arch_features(space, arch, candidate.score))
+        rows.append({"latency_ms": candidate.latency_ms, "within_limit": limit is None or candidate.latency_ms <= limit,
+                     "params": candidate.params, "macs": candidate.macs, f"inherited_{metric}": candidate.score,
                      f"standalone_{metric}": scores[metric], f"standalone_test_{metric}": scores.get(f"test_{metric}", ""),
                      "epochs": _recipe(ctx).epochs, "arch": arch_key(arch)})
     if len(rows) >= MIN_PREDICTOR_ARCHS:

@@ -18,8 +18,7 @@ from typing import Sequence
 
 from hw_cost.lut import LatencyTable
 from hw_cost.vpunn.paths import MODEL_FILES
-from search_spaces import arch_key
-
+from ..candidate import Candidate, candidate_rows, read_candidates
 from ..config import NPU_GENERATIONS, RunConfig, load_config
 from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
@@ -27,8 +26,8 @@ from ..ranking.probe import figure_lines, read_probe
 from ..rundir import RunDir, read_csv
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .device_fronts import cost_front_on_devices
-from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline, metric_of,
-                     paper_sentence, read_stage_times, test_figure)
+from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline, paper_sentence,
+                     read_stage_times, test_figure)
 
 logger = logging.getLogger(__name__)
 
@@ -44,42 +43,45 @@ _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 400, 64, 16, 12, 46
 
 @dataclass
 class RunView:
-    """What a page shows of one run. `latency[source][arch id]` in ms, sources `cost` (the run's own cost
-    model), `measured` (end to end on the run's machine) and the VPUNN devices; `prefix` makes its point keys
-    unique on a comparison; `config` is the run's config (None where it no longer loads here)."""
+    """What a page shows of one run: its candidates and baselines. `latency[source][arch id]` in ms, sources
+    `cost` (the run's own cost model), `measured` (end to end on the run's machine) and the VPUNN devices;
+    `prefix` makes its point keys unique on a comparison; `config` is the run's config (None where it no longer
+    loads here)."""
 
     name: str
     path: Path
     prefix: str
     metric: str
-    rows: list[dict]
+    candidates: list[Candidate]
     baselines: list[dict]
     cost_model: str
     space: dict
-    latency: dict[str, dict[str, float]]
+    latency: dict[str, dict[int, float]]
     notes: list[str] = field(default_factory=list)
     config: RunConfig | None = None
 
 
 def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
-    """A run's config, rows and latencies from every source it has; a source that cannot be had is left out with
-    a note (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
-    here)."""
-    rows = read_csv(run_dir.candidates)
+    """A run's config, candidates and latencies from every source it has; a source that cannot be had is left out
+    with a note (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer
+    load here)."""
+    candidates = read_candidates(run_dir.candidates)
     left_out = None  # why the VPUNN latencies are left out
     try:
         config = load_config(run_dir.config)
     except (ValueError, OSError) as exc:  # the config of an older vpunas, or none
         config, left_out = None, f"its config does not load: {exc}"
-    view = RunView(run_dir.path.name, run_dir.path, prefix, metric_of(rows), rows,
-                   read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], rows[0]["cost_model"],
+    view = RunView(run_dir.path.name, run_dir.path, prefix, candidates[0].metric, candidates,
+                   read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], candidates[0].cost_model,
                    config.to_dict()["space"] if config else {},
-                   {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}}, config=config)
-    if add_measured(rows, run_dir):
-        view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
+                   {"cost": {c.id: c.latency_ms for c in candidates}}, config=config)
+    measured = measured_latencies(run_dir)  # by arch key
+    if measured:
+        view.latency["measured"] = {c.id: measured[c.key] for c in candidates if c.key in measured}
     if config is not None:
         try:
-            table = cost_front_on_devices(run_dir, NPU_GENERATIONS, rows=rows, config=config, space=space)
+            table = cost_front_on_devices(run_dir, NPU_GENERATIONS, candidates=candidates, config=config,
+                                          space=space)
         except (ValueError, OSError) as exc:  # the errors of a data set or model file that do not load
             left_out = str(exc)
         else:
@@ -126,16 +128,16 @@ def _points(view: RunView, series: int, source: str, split: str) -> list[_Point]
     """The view's points: on `val` every arch at its inherited metric and the finalised ones also at their
     finalised metric; on `test` the archs with a test figure; baselines on the run's own cost model only."""
     latency, metric, out = view.latency.get(source, {}), view.metric, []
-    for r in view.rows:
-        x, key, final = latency.get(r["id"]), view.prefix + r["id"], r.get(f"final_{metric}", "")
+    for c in view.candidates:
+        x, key = latency.get(c.id), f"{view.prefix}{c.id}"
         if x is None:
             continue
         if split == "val":
-            out.append(_Point(key, x, float(r[metric]), "front" if r["is_pareto"] == "True" else "arch", series))
-            if final != "":
-                out.append(_Point(key, x, float(final), "final", series))
-        elif test_figure(r, metric) is not None:
-            out.append(_Point(key, x, test_figure(r, metric), "final" if final != "" else "front", series))
+            out.append(_Point(key, x, c.score, "front" if c.is_pareto else "arch", series))
+            if c.final is not None:
+                out.append(_Point(key, x, c.final.val, "final", series))
+        elif c.test_figure is not None:
+            out.append(_Point(key, x, c.test_figure, "final" if c.final is not None else "front", series))
     for i, b in enumerate(view.baselines if source == "cost" else ()):
         y = (float(b[metric]) if b.get(metric, "") != "" else None) if split == "val" else test_figure(b, metric)
         if y is not None and b.get("latency_ms", "") != "":
@@ -260,18 +262,18 @@ def _point_info(view: RunView) -> dict[str, dict]:
     metric, out = view.metric, {}
     labels = {c.format(m=metric): f"{metric} ({text})" for c, text in _FIGURE_LABELS.items()}
     run = f"{view.name} · " if view.prefix else ""
-    for r in view.rows:
-        arch = json.loads(r["arch"])
-        figures = [(labels.get(c, c), r[c]) for c in r if r[c] != "" and (c in labels or c.startswith("final_"))
+    rows, _ = candidate_rows(view.candidates)  # its figures as candidates.csv shows them
+    for candidate, r in zip(view.candidates, rows):
+        figures = [(labels.get(c, c), str(r[c])) for c in r if r[c] != "" and (c in labels or c.startswith("final_"))
                    and c != "is_final_pareto"]
-        latency = [(f"latency, {_SHORT_LABELS.get(s, 'VPUNN ' + s)}", _fmt(lat[r["id"]], " ms"))
-                   for s, lat in view.latency.items() if r["id"] in lat]
-        out[view.prefix + r["id"]] = {
-            "title": f"{run}arch {r['id']}" + (" · front" if r["is_pareto"] == "True" else "")
-                     + (" · finalised" if r.get(f"final_{metric}", "") != "" else ""),
-            "info": [["arch", arch_summary(arch)], *figures, *latency, ["params", _fmt(float(r["params"]) / 1e6, " M")],
-                     ["MACs", _fmt(float(r["macs"]) / 1e6, " M")]],
-            "arch": r["arch"]}
+        latency = [(f"latency, {_SHORT_LABELS.get(s, 'VPUNN ' + s)}", _fmt(lat[candidate.id], " ms"))
+                   for s, lat in view.latency.items() if candidate.id in lat]
+        out[f"{view.prefix}{candidate.id}"] = {
+            "title": f"{run}arch {candidate.id}" + (" · front" if candidate.is_pareto else "")
+                     + (" · finalised" if candidate.final is not None else ""),
+            "info": [["arch", arch_summary(candidate.arch)], *figures, *latency,
+                     ["params", _fmt(candidate.params / 1e6, " M")], ["MACs", _fmt(candidate.macs / 1e6, " M")]],
+            "arch": candidate.arch_text}
     for i, b in enumerate(view.baselines):
         shown = [(labels.get(c, c), b[c]) for c in b if c not in ("name", "arch", "cost_model") and b[c] != ""]
         out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b['name']}", "info": shown,
@@ -283,11 +285,10 @@ def _pictures(views: Sequence[RunView]) -> str:
     """One <template> per arch with its picture (shown on selection; archs of no known family show their JSON)."""
     out = []
     for view in views:
-        for key, arch in [(view.prefix + r["id"], r["arch"]) for r in view.rows] + [
-                (f"{view.prefix}b{i}", b.get("arch", "")) for i, b in enumerate(view.baselines)]:
-            svg = arch_svg(json.loads(arch), view.space) if arch.startswith("{") else None
-            if svg:
-                out.append(f'<template id="pic-{html.escape(key)}">{svg}</template>')
+        pictures = [(f"{view.prefix}{c.id}", arch_svg(c.arch, view.space)) for c in view.candidates] + [
+            (f"{view.prefix}b{i}", arch_svg(json.loads(b["arch"]), view.space) if b.get("arch", "").startswith("{")
+             else None) for i, b in enumerate(view.baselines)]
+        out += [f'<template id="pic-{html.escape(key)}">{svg}</template>' for key, svg in pictures if svg]
     return "".join(out)
 
 
@@ -301,22 +302,24 @@ def sortable_table(rows: Sequence[dict], columns: Sequence[str], keys: Sequence[
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
-    """Give `rows` (of `view`) a latency column per VPUNN device the run was costed on; returns their names."""
-    columns = [f"{d}_ms" for d in NPU_GENERATIONS if d in view.latency]
-    for r in rows:
-        for d, c in zip([d for d in NPU_GENERATIONS if d in view.latency], columns):
-            r[c] = _fmt(view.latency[d][r["id"]]) if r["id"] in view.latency[d] else ""
-    return columns
+def device_columns(view: RunView) -> list[str]:
+    """The latency column of each VPUNN device the run was costed on (`_table_rows`)."""
+    return [f"{d}_ms" for d in NPU_GENERATIONS if d in view.latency]
 
 
-def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
-    """Give the rows the end-to-end latency measured on the run's machine (`measured_ms`, blank for archs not
-    measured), if the run measured any (`nas.latency.lut_validation.measured_beside_predicted`); returns the column."""
-    measured = measured_latencies(run_dir)
-    for row in rows:
-        row["measured_ms"] = measured.get(arch_key(json.loads(row["arch"])), "")
-    return ["measured_ms"] if measured else []
+def _table_rows(view: RunView, candidates: Sequence[Candidate]) -> list[dict]:
+    """`candidates` (of `view`) as candidates.csv shows them, with the end-to-end latency measured on the run's
+    machine (`measured_ms`, blank for archs not measured; `nas.latency.lut_validation.measured_beside_predicted`)
+    if the run measured any, and a latency column per VPUNN device the run was costed on."""
+    rows, _ = candidate_rows(candidates)
+    measured = view.latency.get("measured")
+    for c, row in zip(candidates, rows):
+        if measured is not None:
+            row["measured_ms"] = measured.get(c.id, "")
+        for d in NPU_GENERATIONS:
+            if d in view.latency:
+                row[f"{d}_ms"] = _fmt(view.latency[d][c.id]) if c.id in view.latency[d] else ""
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ run facts
@@ -328,7 +331,7 @@ def _span(values: Sequence[float]) -> str:
 def training_note(view: RunView) -> str:
     """What each side of the headline trained: the finalised archs (supernet and finalisation epochs, from the
     run's config and candidates.csv) and the trained baselines (baselines.csv's epochs)."""
-    final = [float(r["final_epochs"]) for r in view.rows if r.get("final_epochs", "") != ""]
+    final = [c.final.epochs for c in view.candidates if c.final is not None]
     config = view.config
     parts = []
     if final:
@@ -351,10 +354,10 @@ def _warnings_section(run_dir: RunDir) -> str:
 def _headline_section(view: RunView) -> str:
     """The papers' sentence with the run's numbers (`paper_sentence`, like with like only), what each side
     trained, then each baseline's match."""
-    lines = headline(view.rows, view.baselines, view.metric)
+    lines = headline(view.candidates, view.baselines, view.metric)
     if not lines:
         return ""
-    sentence = paper_sentence(baseline_matches(view.rows, view.baselines, view.metric), view.metric)
+    sentence = paper_sentence(baseline_matches(view.candidates, view.baselines, view.metric), view.metric)
     training = training_note(view)
     where = f"test split, latency on <code>{html.escape(view.cost_model)}</code>" + (
         f"; {html.escape(training)}" if training else "")
@@ -372,7 +375,7 @@ def _headline_section(view: RunView) -> str:
 def generations_section(view: RunView) -> str:
     """The papers' table on every NPU generation (`generation_matches`), or nothing without a trained
     baseline costed on them."""
-    matches = generation_matches(view.rows, view.baselines, view.metric, view.latency, NPU_GENERATIONS)
+    matches = generation_matches(view.candidates, view.baselines, view.metric, view.latency, NPU_GENERATIONS)
     if not matches:
         return ""
     unit = view.metric
@@ -453,25 +456,26 @@ def stage_section(run_dir: RunDir) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ pages
-def _by_latency(rows, keep) -> list[dict]:
-    return sorted((r for r in rows if keep(r)), key=lambda r: float(r["latency_ms"]))
+def _by_latency(candidates: Sequence[Candidate], keep) -> list[Candidate]:
+    return sorted((c for c in candidates if keep(c)), key=lambda c: c.latency_ms)
 
 
-def _arch_table(view: RunView, rows: Sequence[dict], columns: Sequence[str]) -> str:
-    return sortable_table(rows, columns, [view.prefix + r["id"] for r in rows])
+def _arch_table(view: RunView, candidates: Sequence[Candidate], columns: Sequence[str]) -> str:
+    return sortable_table(_table_rows(view, candidates), columns, [f"{view.prefix}{c.id}" for c in candidates])
 
 
-def _final_scores(view: RunView, final: Sequence[dict]) -> list[str]:
-    """The finalised archs' scores beyond the val metric that any of them has (test, INT8 test, SSIM, ...)."""
-    metric = view.metric
-    return [c for c in view.rows[0] if c.startswith("final_") and c != f"final_{metric}"
-            and any(r[c] != "" for r in final)]
+def _final_scores(view: RunView, final: Sequence[Candidate]) -> list[str]:
+    """The candidates.csv columns of the finalised archs' scores beyond the val metric that any of them has
+    (test, INT8 test, SSIM, ...)."""
+    rows, columns = candidate_rows(final)
+    return [c for c in columns if c.startswith("final_") and c != f"final_{view.metric}"
+            and any(r.get(c, "") != "" for r in rows)]
 
 
 def _initial(view: RunView) -> str:
-    metric = view.metric
-    final = _by_latency(view.rows, lambda r: r.get(f"final_{metric}", "") != "")
-    return view.prefix + (final or _by_latency(view.rows, lambda r: r["is_pareto"] == "True") or view.rows)[0]["id"]
+    final = _by_latency(view.candidates, lambda c: c.final is not None)
+    front = _by_latency(view.candidates, lambda c: c.is_pareto)
+    return f"{view.prefix}{(final or front or view.candidates)[0].id}"
 
 
 def _png(png: bytes, name: str) -> str:
@@ -496,10 +500,10 @@ def probe_section(run_dir: RunDir, metric: str) -> str:
 
 def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     """report.html of one run."""
-    metric, rows, baselines = view.metric, view.rows, view.baselines
-    front = _by_latency(rows, lambda r: r["is_pareto"] == "True")
-    final = _by_latency(rows, lambda r: r.get(f"final_{metric}", "") != "")
-    devices = add_device_columns(view, rows)
+    metric, candidates, baselines = view.metric, view.candidates, view.baselines
+    front = _by_latency(candidates, lambda c: c.is_pareto)
+    final = _by_latency(candidates, lambda c: c.final is not None)
+    devices = device_columns(view)
     measured = ["measured_ms"] if "measured" in view.latency else []
     columns = ["id", metric, f"test_{metric}", "latency_ms", *devices, "params", "macs", "arch"]
     final_columns = ["id", f"final_{metric}", *_final_scores(view, final), metric, "latency_ms", *measured,
@@ -508,7 +512,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
     base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note")
                      if baselines and c in baselines[0]]
-    tau = fidelity_of(final, metric)
+    tau = fidelity_of(final)
     final_section = "" if not final else (
         f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
         f"(<code>search.finalize</code>); <code>final_{html.escape(metric)}</code> on the whole val split, "
@@ -520,7 +524,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     data["initial"] = _initial(view)
     name = html.escape(run_dir.path.name)
     body = f"""<h1>vpunas run <code>{name}</code></h1>
-<p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
+<p>{len(candidates)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(view.cost_model)}</code>).</p>
 {_warnings_section(run_dir)}{_headline_section(view)}
 <h2>Front</h2>{section}{_png(png, "pareto.png")}
@@ -530,7 +534,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
 <h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
 <h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])
                    if baselines else "<p>none</p>"}
-<h2>All evaluated archs</h2><details><summary>{len(rows)} archs</summary>{_arch_table(view, rows, columns)}</details>
+<h2>All evaluated archs</h2><details><summary>{len(candidates)} archs</summary>{_arch_table(view, candidates, columns)}</details>
 <h2>Cost model</h2>{provenance_section(view)}{_correction_note(run_dir)}
 <h2>Run time per stage</h2>{stage_section(run_dir)}
 <h2>Config</h2><pre>{html.escape(config)}</pre>"""
@@ -544,16 +548,16 @@ def compare_page(views: Sequence[RunView], png: bytes) -> str:
     data["initial"] = _initial(views[0])
     runs, tables = [], []
     for i, view in enumerate(views):
-        final = [r for r in view.rows if r.get(f"final_{metric}", "") != ""]
-        tau = fidelity_of(final, metric)
+        final = [c for c in view.candidates if c.final is not None]
+        tau = fidelity_of(final)
         runs.append(f'<tr><td><span class="key"><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
-                    f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td><td>{len(view.rows)}"
-                    f"</td><td>{sum(r['is_pareto'] == 'True' for r in view.rows)}</td><td>{len(final)}</td>"
+                    f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td>"
+                    f"<td>{len(view.candidates)}</td><td>{sum(c.is_pareto for c in view.candidates)}</td><td>{len(final)}</td>"
                     f"<td>{'n/a' if tau is None else f'{tau:.3f}'}</td><td>{html.escape(str(view.path))}</td></tr>")
-        shown = _by_latency(view.rows, lambda r: test_figure(r, metric) is not None)
+        shown = _by_latency(view.candidates, lambda c: c.test_figure is not None)
         columns = ["id", metric, f"test_{metric}", f"final_{metric}", *_final_scores(view, final), "latency_ms",
-                   *add_device_columns(view, shown), "params", "macs", "arch"]
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in headline(view.rows, view.baselines, metric))
+                   *device_columns(view), "params", "macs", "arch"]
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in headline(view.candidates, view.baselines, metric))
         tables.append(f"<h2>{html.escape(view.name)}</h2><p>Front and finalised archs, latency on "
                       f"<code>{html.escape(view.cost_model)}</code>.</p>{f'<ul>{lines}</ul>' if lines else ''}"
                       f"{_arch_table(view, shown, columns)}")

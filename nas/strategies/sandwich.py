@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 
+from ..candidate import COSTS
 from ..rundir import RunDir, atomic_copy
-from ..training.evaluation import ArchEvaluator, CachedEvaluator
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, journaled_candidates
 from ..training.supernet_training import SupernetTrainer
 from .strategy import SearchStrategy
 
@@ -19,8 +20,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "trained_supernet_scoring"]
 
-#: record fields a search can minimise beside latency
-EXTRA_OBJECTIVES = ("macs", "params")
+#: a candidate's costs a search can minimise beside latency (`nas.candidate.COSTS`)
+EXTRA_OBJECTIVES = tuple(c for c in COSTS if c != "latency_ms")
 
 
 class FrontSettings:
@@ -36,7 +37,7 @@ class FrontSettings:
     Args:
         latency_limit_ms: archs slower than this are infeasible (evolution: constraint-domination; random: not
             drawn); None = no limit.
-        extra_objectives: record fields minimised beside latency ("macs", "params"); finalisation then spreads
+        extra_objectives: a candidate's costs minimised beside latency ("macs", "params"); finalisation then spreads
             its archs over the cost range of every objective (`nas.training.finalize.select_spread`).
     """
 
@@ -53,7 +54,7 @@ class FrontSettings:
 
     @property
     def costs(self) -> tuple[str, ...]:
-        """The record fields minimised: latency first, then the extra objectives."""
+        """The candidate's costs minimised (`Candidate.cost`): latency first, then the extra objectives."""
         return ("latency_ms", *self.extra_objectives)
 
 
@@ -77,7 +78,7 @@ def trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
     trainer = train_supernet(ctx)
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
                               ctx.config.train.channels_last)
-    return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+    return evaluator, journaled_candidates(evaluator.evaluate, ctx.run_dir.journal, ctx.task.metric, dist=ctx.dist)
 
 
 class SandwichStrategy(SearchStrategy):

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional
 
+from ..candidate import Candidate
 from ..training.evaluation import ArchEvaluator, CachedEvaluator
 
 __all__ = ["SearchStrategy", "SearchOutcome"]
@@ -21,7 +22,8 @@ __all__ = ["SearchStrategy", "SearchOutcome"]
 
 @dataclass
 class SearchOutcome:
-    """`evaluate.records`: every evaluated arch in id order; `evaluator`: scores further archs (test, baselines)."""
+    """`evaluate.records`: every evaluated arch (`Candidate`) in id order; `evaluator`: scores further archs (test,
+    baselines)."""
 
     evaluate: CachedEvaluator
     evaluator: ArchEvaluator
@@ -55,7 +57,7 @@ class SearchStrategy(ABC):
         return None, ("latency_ms",)
 
     @classmethod
-    def finalize_candidates(cls, settings, records: list[dict]) -> list[dict]:
+    def finalize_candidates(cls, settings, records: list[Candidate]) -> list[Candidate]:
         """The records of a search with these settings that finalisation may choose from (default: all)."""
         return records
 
@@ -65,7 +67,7 @@ class SearchStrategy(ABC):
         the run measures each finalised arch against a target and logs how far off it is)."""
         return None
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+    def __init__(self, ctx, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
 
     @property
@@ -84,6 +86,6 @@ class SearchStrategy(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Take the state `state_dict()` gave in an earlier session of the run, before `run()`."""
 
-    def _generation_done(self, records: list[dict]) -> None:
+    def _generation_done(self, records: list[Candidate]) -> None:
         if self.on_generation is not None:
             self.on_generation(records)

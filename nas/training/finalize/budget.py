@@ -9,6 +9,7 @@ from typing import Sequence
 
 from search_spaces import arch_key
 
+from ...candidate import Candidate
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
 from .config import FinalizeConfig
@@ -84,11 +85,11 @@ def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
     probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
     timed = time.perf_counter()
     probe = recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last)
-    better_of(ctx.task, probe, probe)  # its inherited subnet is scored beside it
+    better_of(ctx.task, probe, probe, 0)  # its inherited subnet is scored beside it
     return step_seconds, net_seconds, (time.perf_counter() - timed) * len(trainer.nets)
 
 
-def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
+def fit_to_budget(ctx, chosen: list[Candidate], choose, evaluator: ArchEvaluator,
                   seconds_left: float) -> FinalizationPlan:
     """The plan of a fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up
     to `max_archs`) when it has time for them at the full epochs, then each arch's epochs by its cost
@@ -116,4 +117,4 @@ def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
                 "(%.0f-%.0f ms a net), scoring about %.0f s -> %s (configured: %.3g; about %.1f min)",
                 config.run_budget_minutes, left / 60, len(chosen), step_seconds, min(net_seconds) * 1e3,
                 max(net_seconds) * 1e3, scoring, epochs_text(epochs), config.epochs, (planned + scoring) / 60)
-    return FinalizationPlan([arch_key(r["arch"]) for r in chosen], epochs)
+    return FinalizationPlan([arch_key(c.arch) for c in chosen], epochs)

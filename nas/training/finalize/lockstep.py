@@ -16,6 +16,7 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
+from ...candidate import Candidate
 from ...errors import ConfigError
 from ...rundir import atomic_torch_save
 from ...runtime import check_finite
@@ -249,19 +250,19 @@ class LockstepTrainer:
                     self.total_steps, time.perf_counter() - started)
 
 
-def lockstep_trainer(ctx, records: Sequence[dict], evaluator: ArchEvaluator, checkpoint: Path, *,
+def lockstep_trainer(ctx, records: Sequence[Candidate], evaluator: ArchEvaluator, checkpoint: Path, *,
                      epochs: Sequence[float] | None = None, stop_epochs: float | None = None) -> LockstepTrainer:
     """A lockstep trainer of `records`' archs, initialised as `search.finalize.init` says, with the teacher
     `kd_ratio` asks for (resumed from `checkpoint` if it exists; see `LockstepTrainer` for the rest)."""
     config: FinalizeConfig = ctx.config.search.finalize
     torch.manual_seed(ctx.config.seed)  # fresh weights of the `scratch` init
     if config.init == "inherited":
-        nets = [evaluator.subnet(r["arch"]) for r in records]
+        nets = [evaluator.subnet(c.arch) for c in records]
     else:
-        nets = [ctx.space.fresh_network(r["arch"]) for r in records]
+        nets = [ctx.space.fresh_network(c.arch) for c in records]
     teacher = evaluator.subnet(ctx.space.largest()).eval() if config.kd_ratio > 0 else None
     if teacher is not None:
         teacher.requires_grad_(False)
     return LockstepTrainer(nets, teacher, ctx.task, ctx.config.train, config, ctx.config.seed, checkpoint,
-                           [arch_key(r["arch"]) for r in records], device=ctx.device, epochs=epochs,
+                           [arch_key(c.arch) for c in records], device=ctx.device, epochs=epochs,
                            stop_epochs=stop_epochs)

@@ -1,0 +1,60 @@
+"""The candidate record: its journal line and its candidates.csv row read back as they were written."""
+from dataclasses import replace
+
+import pytest
+
+from nas.candidate import Candidate, FinalScores, read_candidates, write_candidates
+from nas.errors import RunDirError
+from search_spaces import arch_key
+
+
+def _candidates():
+    archs = [{"depth": [2, 3]}, {"depth": [1, 1]}, {"depth": [3, 3]}]
+    plain = [Candidate(arch, arch_key(arch), "psnr", score, latency, "vpunn:VPU_2_7", params=1000 + i, macs=5000 + i,
+                       id=i, generation=0, expected_latency_ms=round(latency * 1.1, 6))
+             for i, (arch, score, latency) in enumerate(zip(archs, (30.5, 29.25, 31.0), (1.5, 0.75, 2.25)))]
+    return [replace(plain[0], test_score=30.1, final=FinalScores(31.2, {"psnr": 30.9, "ssim": 0.91}, epochs=0)),
+            plain[1],
+            replace(plain[2], test_score=30.6, final=FinalScores(31.5, {"psnr": 31.1, "ssim": 0.93}, epochs=1.5,
+                                                                int8_test=30.8))]
+
+
+def test_candidates_csv_reads_back_as_written(tmp_path):
+    path = tmp_path / "candidates.csv"
+    written = write_candidates(path, _candidates())
+    header, first, *_ = path.read_text().splitlines()
+    assert header == ("id,generation,arch,psnr,test_psnr,latency_ms,cost_model,params,macs,is_pareto,final_psnr,"
+                      "final_test_psnr,final_int8_test_psnr,final_epochs,is_final_pareto,final_test_ssim,"
+                      "expected_latency_ms")
+    assert first == '0,0,"{""depth"":[2,3]}",30.5,30.1,1.5,vpunn:VPU_2_7,1000,5000,True,31.2,30.9,,0,True,0.91,1.65'
+    assert [c.is_pareto for c in written] == [True, True, True] and [c.is_final_pareto for c in written] == [
+        True, False, True]
+    read = read_candidates(path)
+    assert read == written
+    write_candidates(tmp_path / "again.csv", read)
+    assert (tmp_path / "again.csv").read_text() == path.read_text()
+
+
+def test_the_journal_line_round_trips_and_keeps_its_fields():
+    candidate = _candidates()[1]
+    entry = candidate.journal_entry()
+    assert entry == {"key": candidate.key, "id": 1, "arch": {"depth": [1, 1]}, "psnr": 29.25, "latency_ms": 0.75,
+                     "cost_model": "vpunn:VPU_2_7", "params": 1001, "macs": 5001, "generation": 0,
+                     "expected_latency_ms": 0.825}
+    assert Candidate.from_journal(entry, "psnr") == candidate
+    final = FinalScores(31.2, {"psnr": 30.9, "ssim": 0.91}, epochs=0)
+    assert FinalScores.from_journal(dict(final.journal_entry("psnr"), key="k", id=0), "psnr") == final
+
+
+def test_a_cost_is_one_of_a_candidates_costs():
+    candidate = _candidates()[0]
+    assert [candidate.cost(name) for name in ("latency_ms", "macs", "params")] == [1.5, 5000, 1000]
+    with pytest.raises(ValueError, match="not a cost of a candidate"):
+        candidate.cost("flops")
+
+
+def test_a_csv_without_a_metric_column_is_refused(tmp_path):
+    path = tmp_path / "candidates.csv"
+    path.write_text("id,arch\n0,{}\n")
+    with pytest.raises(RunDirError, match="neither a top1 nor a psnr column"):
+        read_candidates(path)
