@@ -26,7 +26,7 @@ import torch
 from search_spaces import arch_key
 
 from .baselines.scoring import check_baselines, evaluate_baselines
-from .candidate import Candidate, FinalScores, write_candidates
+from .records import Candidate, FinalScores, write_candidates
 from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
 from .context import SearchContext, build_context, resolve_device
@@ -216,7 +216,7 @@ def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progres
         logger.info("run %s: %s; cost model %s; %d threads on %s%s", run_dir.path, ctx.space.describe(),
                     ctx.cost_model.name, config.threads, ctx.device,
                     f", {dist.world_size} processes" if dist.enabled else "")
-        if ctx.cost_model.table is not None:  # measured latencies: checked against this machine
+        if ctx.cost_model.is_measured:  # measured latencies: checked against this machine
             clock.start("latency correction")
             if dist.is_main:  # measured by one process, on an otherwise idle machine
                 correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct,

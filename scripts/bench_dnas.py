@@ -31,7 +31,7 @@ from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.context import build_task_and_space, run_cost_model
 from nas.latency.lut_validation import measure_here, measured_latencies
-from nas.candidate import Candidate, read_candidates
+from nas.records import Candidate, read_candidates
 from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
@@ -60,7 +60,7 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
     run = RunDir(run_dir)
     config = load_config(run.config)
     cost = run_cost_model(config, run)  # the table as the run used it: a target relative to the space resolves alike
-    if cost.table is None:
+    if not cost.is_measured:
         raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
                          "latency table of this machine (lut:...)")
     space = build_task_and_space(config)[1]

@@ -29,7 +29,7 @@ from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 from nas.config import load_config
 from nas.export.models import deployable_model
 from nas.reporting.report import fidelity_of
-from nas.candidate import read_candidates
+from nas.records import read_candidates
 from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
 from nas.context import build_context, build_task_and_space, npu_generation_model
@@ -93,7 +93,7 @@ def main() -> None:
     tau = fidelity_of(final)
     print(f"ranking fidelity (Kendall tau, inherited vs finalised val {metric}, {len(final)} archs): "
           f"{'n/a' if tau is None else f'{tau:.3f}'}")
-    if ctx.cost_model.table is not None:  # the run predicted this kind of machine
+    if ctx.cost_model.is_measured:  # the run predicted this kind of machine
         ratios = [ms / c.latency_ms for c, ms in zip(final, measured)]
         print(f"measured / predicted latency: {min(ratios):.2f} .. {max(ratios):.2f}")
     if anchors:

@@ -36,7 +36,7 @@ import numpy as np
 
 from nas.config import load_config
 from nas.pareto import pareto_mask
-from nas.candidate import read_candidates
+from nas.records import read_candidates
 from nas.rundir import RunDir, atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]

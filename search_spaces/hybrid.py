@@ -36,6 +36,7 @@ import torch.nn as nn
 from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .base import ArchBox, ArchStage, numbers_text
 from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 
@@ -447,3 +448,26 @@ class HybridSpace(SearchSpace):
             for width in sorted(set(cfg.head_widths)):
                 add(self._head_block(c, width, resolutions[-1]))
         return list(unique.values())
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        blocks = "|".join(",".join(f"{t} k{k} e{e:g}" for t, k, e in zip(*per_block))
+                          for per_block in zip(arch["block"], arch["kernel"], arch["expand"]))
+        return (f"stem {arch['stem']}; depth {'-'.join(map(str, arch['depth']))}; "
+                f"width {numbers_text(arch['width'])}; blocks {blocks}; head {arch['head']}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: HybridSpaceConfig) -> list[ArchStage]:
+        """A box per block, labelled with its type, as tall as its stage's width times its expansion."""
+        widest = max(w for stage in config.stages for w in stage.widths)
+        top = max(config.expand_ratios + [e for stage in config.stages for e in stage.expand_ratios or []])
+        out = []
+        for s, (depth, width, kinds, kernels, expands, stage) in enumerate(zip(
+                arch["depth"], arch["width"], arch["block"], arch["kernel"], arch["expand"], config.stages)):
+            scale = width / widest
+            boxes = [ArchBox(f"{kind} k{k} e{e:g}", scale * e / top, k)
+                     for kind, k, e in zip(kinds, kernels, expands)]
+            most = max(stage.depths)
+            boxes += [ArchBox("", scale, ghost=True) for _ in range(most - depth)]
+            out.append((f"stage {s + 1} · {width} ch · stride {stage.stride} · depth {depth}/{most}", boxes))
+        return out

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from hw_cost import Block
 
-from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
@@ -505,4 +505,26 @@ class MobileNetSpace(SearchSpace):
         out.append(Block(f"head|in{shape(c)}|mid{cfg.head_width}|out{self.num_outputs}|{cfg.activation}",
                          (1, c, h, w), lambda c=c: ClassifierHead(c, cfg.head_width, self.num_outputs,
                                                                   dropout=cfg.dropout, act_layer=act)))
+        return out
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        return (f"depth {'-'.join(map(str, arch['depth']))}; "
+                f"kernel {'|'.join(numbers_text(k) for k in arch['kernel'])}; "
+                f"expand {'|'.join(numbers_text(e) for e in arch['expand'])}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: MobileNetSpaceConfig) -> list[ArchStage]:
+        """A box per block, as tall as its expansion, as wide as its kernel; a stage's caption gives its width,
+        stride, squeeze-excite and activation."""
+        top = max(config.expand_ratios + [e for stage in config.stages for e in stage.expand_ratios or []])
+        out = []
+        for s, (depth, kernels, ratios, stage) in enumerate(zip(arch["depth"], arch["kernel"], arch["expand"],
+                                                                config.stages)):
+            boxes = [ArchBox(f"k{k} e{e:g}", e / top, k) for k, e in zip(kernels, ratios)]
+            most = max(stage.depths)
+            boxes += [ArchBox("", 1.0, 3, ghost=True) for _ in range(most - depth)]
+            extras = (" · SE" if stage.se else "") + (f" · {stage.activation}" if stage.activation else "")
+            out.append((f"stage {s + 1} · {stage.width} ch · stride {stage.stride}{extras} · depth {depth}/{most}",
+                        boxes))
         return out

@@ -27,7 +27,7 @@ import torch.nn as nn
 
 from hw_cost import Block
 
-from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
 from .relaxed import CostTerm, RelaxedSupernet, prefix_masks
@@ -472,3 +472,23 @@ class ResNetSpace(SearchSpace):
             inputs = widths
         blocks += [self._head_block(c) for c in inputs]
         return list({b.key: b for b in blocks}.values())
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        return (f"depth {'-'.join(map(str, arch['depth']))}; width x{numbers_text(arch['width'])}; "
+                f"expand {'|'.join(numbers_text(e) for e in arch['expand'])}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: ResNetSpaceConfig) -> list[ArchStage]:
+        """A box per block, as tall as its stage's width multiplier times its expansion."""
+        top, mult_top = max(config.expand_ratios), max(config.width_mults)
+        out = []
+        for s, (depth, mult, ratios, stage) in enumerate(zip(arch["depth"], arch["width"], arch["expand"],
+                                                             config.stages)):
+            scale = mult / mult_top
+            boxes = [ArchBox(f"e{e:g}", scale * e / top) for e in ratios]
+            most = max(stage.depths)
+            boxes += [ArchBox("", scale, ghost=True) for _ in range(most - depth)]
+            width = make_divisible(stage.width * mult, config.channel_divisor)
+            out.append((f"stage {s + 1} · width x{mult:g} = {width} ch · depth {depth}/{most}", boxes))
+        return out

@@ -106,7 +106,7 @@ def toy_record(arch: dict):
     arch's total gene value."""
     import numpy as np
 
-    from nas.candidate import Candidate
+    from nas.records import Candidate
     from search_spaces import arch_key
 
     space, target = toy_problem()
@@ -120,13 +120,22 @@ def made_up_candidate(id: int, latency_ms: float, *, score: float = 0.0, test: f
                       final_test: float | None = None, metric: str = "top1"):
     """A candidate of a made-up arch (`{"a": id}`) with the figures a report's test gives: `test` its inherited
     test score, `final_test` its finalised one (None: not finalised)."""
-    from nas.candidate import Candidate, FinalScores
+    from nas.records import Candidate, FinalScores
     from search_spaces import arch_key
 
     arch = {"a": id}
     final = None if final_test is None else FinalScores(final_test, {metric: final_test}, epochs=1)
     return Candidate(arch, arch_key(arch), metric, score, latency_ms, "toy", params=0, macs=0, id=id,
                      test_score=test, final=final)
+
+
+def made_up_baseline(name: str, test: float, latency_ms: float, type: str = "subnet", arch: dict | None = None,
+                     device_ms: dict | None = None):
+    """A baseline result with the figures a report's test gives (top-1 on the test split)."""
+    from nas.records import BaselineResult
+
+    return BaselineResult(name, type, arch or {}, "top1", None, {"top1": test}, latency_ms, "toy", params=0, macs=0,
+                          note="", device_ms=device_ms or {})
 
 
 def vpunn_layer_of_row(r: dict):

@@ -23,9 +23,12 @@ def test_cost_models_register_by_kind():
     """Every cost model kind is registered once `hw_cost` is imported; a kind cannot be taken twice."""
     import pytest
 
-    from hw_cost import COST_MODEL_KINDS, CostModelError, load_cost_model, register_cost_model
+    from hw_cost import COST_MODEL_KINDS, CostModelError, CostModelSpec, load_cost_model, register_cost_model
 
     assert set(COST_MODEL_KINDS) == {"lut", "vpunn"}
+    # what a kind can do is declared where it registers: a latency table is measured (checked and corrected here)
+    assert CostModelSpec.parse("lut:table.json").is_table and not CostModelSpec.parse("vpunn:VPU_2_7").is_table
+    assert not load_cost_model("vpunn:VPU_2_7").is_measured
     with pytest.raises(ValueError, match="'lut' is taken by LutCostModel.from_file"):
         register_cost_model("lut")(lambda arg, **options: None)
     with pytest.raises(CostModelError, match=r"unknown cost model 'oracle:x'; expected one of: lut:\.\.\., vpunn:"):

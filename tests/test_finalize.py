@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import SMOKE, made_up_candidate
+from conftest import SMOKE, made_up_baseline, made_up_candidate
 from nas.cli import main
-from nas.candidate import Candidate, FinalScores
+from nas.records import Candidate, FinalScores
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.reporting.report import headline
@@ -362,9 +362,7 @@ def test_headline_against_the_baselines():
     matched against baselines."""
     rows = [made_up_candidate(1, 2.0, test=80, final_test=85), made_up_candidate(2, 1.0, test=84),
             made_up_candidate(3, 0.5)]
-    base = [{"name": "big", "test_top1": "84.5", "latency_ms": "4.0"},
-            {"name": "small", "test_top1": "83", "latency_ms": "1.5"}, {"name": "huge", "test_top1": "90",
-                                                                      "latency_ms": "9"}]
+    base = [made_up_baseline("big", 84.5, 4.0), made_up_baseline("small", 83, 1.5), made_up_baseline("huge", 90, 9)]
     assert headline(rows, base, "top1") == [
         "big (84.50 test top1 at 4 ms): arch 1 has 85.00 at 2 ms, 2.00x the fps",
         "small (83.00 test top1 at 1.5 ms): arch 1 has 85.00 at 2 ms, 0.75x the fps",
@@ -511,7 +509,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
     """The better of the trained net and the inherited subnet on the whole val split is kept (and its test scores
     reported)."""
-    from nas.candidate import FinalScores
+    from nas.records import FinalScores
     from nas.training.finalize import better_of
 
     class Task:

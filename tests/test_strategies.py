@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import SMOKE, toy_problem, toy_record
-from nas.candidate import Candidate
+from nas.records import Candidate
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
@@ -250,4 +250,4 @@ def test_a_run_records_the_evolution_state(smoke_run):
     """The smoke run's checkpoint/strategy.json: its three generations, the last one's archs."""
     state = json.loads(smoke_run.strategy_state.read_text())
     assert state["generation"] == 3
-    _assert_state_of(state, list(smoke_run.journal))
+    _assert_state_of(state, [Candidate.from_journal(entry, "top1") for entry in smoke_run.journal])

@@ -250,7 +250,7 @@ def _lut_validate(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.source)
         spec = config.cost.spec
-        if spec.kind != "lut":
+        if not spec.is_table:
             raise ConfigError(f"{args.source}: cost.model is {spec}, not a latency table (lut:)")
         table_path = spec.argument
         table = LatencyTable.load(table_path)

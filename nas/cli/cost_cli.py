@@ -117,7 +117,7 @@ def _cost(args) -> int:
                       run_cost_model(config, RunDir(args.model)))
     else:
         spec = CostModelSpec.parse(args.cost or "vpunn:VPU_2_7")
-        if spec.kind == "lut":
+        if spec.is_table:
             raise CostModelError(f"--cost {spec}: a latency table holds the blocks of a search space, so it costs "
                                  "the archs of a run (vpunas cost RUN_DIR --arch ID), not a named model; use "
                                  "--cost vpunn:... for MODEL")

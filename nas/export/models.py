@@ -14,7 +14,7 @@ import torch.nn as nn
 
 from hw_cost.openvino_runtime import openvino
 
-from ..candidate import Candidate, read_candidates
+from ..records import Candidate, read_candidates
 from ..config import load_config
 from ..context import SearchContext, build_context
 from ..errors import ParameterError, QuantizationError

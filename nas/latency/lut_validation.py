@@ -18,10 +18,11 @@ from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace, arch_key
 
-from ..candidate import Candidate
+from ..records import Candidate
 from ..errors import RunDirError
 from ..randomness import RunRandom
 from ..rundir import EvaluationJournal, atomic_write_text
+from ..search_context import SearchContext
 
 logger = logging.getLogger(__name__)
 
@@ -133,12 +134,12 @@ def correct_for_this_machine(space: SearchSpace, model: CostModel, mode: str, n_
     atomic_write_text(Path(run_dir.path) / CORRECTION_FILE, json.dumps(record, indent=1) + "\n")
 
 
-def measured_beside_predicted(ctx, records: list[Candidate]) -> dict[str, float]:
-    """Arch key -> end-to-end latency (ms) of each of the candidates `records` measured on this machine, for a run whose cost
-    model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl (read
-    by the report; `measured_latencies`), so a resumed run measures nothing twice."""
+def measured_beside_predicted(ctx: SearchContext, records: list[Candidate]) -> dict[str, float]:
+    """Arch key -> end-to-end latency (ms) of each of the candidates `records` measured on this machine, for a run
+    whose cost model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl
+    (read by the report; `measured_latencies`), so a resumed run measures nothing twice."""
     model = ctx.cost_model
-    if not records or model.table is None or not _device_here(model.table.settings().device):
+    if not records or not model.is_measured or not _device_here(model.table.settings().device):
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from ..candidate import Candidate, read_candidates
+from ..records import BaselineResult, Candidate, read_candidates
 from ..config import NPU_GENERATIONS
 from ..errors import RunDirError
 from ..rundir import RunDir, atomic_write_bytes, atomic_write_text
@@ -23,7 +23,7 @@ __all__ = ["build_report", "build_comparison"]
 _RUN_COLOURS = ("#b0b0b0", "#1f6fb4", "#e07b00")  # evaluated, front, finalised: pareto.png's
 
 
-def _draw_run(ax, candidates: list[Candidate], baselines: list[dict], metric: str, label: str = "",
+def _draw_run(ax, candidates: list[Candidate], baselines: list[BaselineResult], metric: str, label: str = "",
               colours: Sequence[str] = _RUN_COLOURS, final_line: str = "-", baseline_colour: str | None = None):
     """One run on a matplotlib axis: its evaluated archs, inherited front, finalised archs and front, baselines;
     `label` prefixes the legend entries (a comparison of runs)."""
@@ -43,8 +43,8 @@ def _draw_run(ax, candidates: list[Candidate], baselines: list[dict], metric: st
         ax.plot(*zip(*final_front), final_line, c=orange, lw=1.5, label=f"{prefix}finalised front", zorder=3)
     markers = "s^Dv*Ph"
     for i, b in enumerate(baselines):
-        ax.scatter([float(b["latency_ms"])], [float(b[metric])], marker=markers[i % len(markers)], s=70,
-                   edgecolors="black", zorder=4, label=f"{prefix}{b['name']}",
+        ax.scatter([b.latency_ms], [b.score], marker=markers[i % len(markers)], s=70,
+                   edgecolors="black", zorder=4, label=f"{prefix}{b.name}",
                    **({"c": baseline_colour} if baseline_colour else {}))
 
 
@@ -68,7 +68,7 @@ def _figure(draw, metric: str, x_label: str) -> bytes:
     return buf.getvalue()
 
 
-def _plot(candidates: list[Candidate], baselines: list[dict], metric: str, cost_model: str) -> bytes:
+def _plot(candidates: list[Candidate], baselines: list[BaselineResult], metric: str, cost_model: str) -> bytes:
     return _figure(lambda ax: _draw_run(ax, candidates, baselines, metric), metric, f"latency (ms, {cost_model})")
 
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..candidate import Candidate, read_candidates
+from ..records import Candidate, read_candidates
 from ..config import RunConfig, load_config
 from ..context import build_task_and_space, npu_generation_model
 from ..rundir import RunDir

@@ -7,14 +7,14 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..candidate import Candidate
+from ..records import BaselineResult, Candidate
 from ..rundir import RunDir
 from ..training.finalize import ranking_fidelity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["test_figure", "headline", "baseline_matches", "BaselineMatch",
-           "fidelity_of", "read_stage_times", "reference_label", "paper_sentence", "baseline_type", "LIKE_WITH_LIKE",
+__all__ = ["headline", "baseline_matches", "BaselineMatch", "fidelity_of", "read_stage_times", "reference_label",
+           "paper_sentence", "LIKE_WITH_LIKE",
            "GenerationMatch", "generation_matches", "generation_lines"]
 
 #: baseline types a headline compares finalised archs with: networks trained from scratch as long as they were
@@ -29,46 +29,23 @@ def fidelity_of(candidates: Sequence[Candidate]) -> float | None:
     return ranking_fidelity([c.score for c in final], [c.final.val for c in final])
 
 
-def test_figure(row: dict, metric: str) -> float | None:
-    """A baselines.csv row's test figure: finalised if it has one, else inherited; None if the row was not scored
-    on the test split (a candidate's: `Candidate.test_figure`)."""
-    value = row.get(f"final_test_{metric}", "") or row.get(f"test_{metric}", "")
-    return None if value == "" else float(value)
-
-
-def reference_label(row: dict) -> str | None:
-    """The papers' name of a reference baseline (a baselines.csv row whose arch names a torchvision network,
+def reference_label(baseline: BaselineResult) -> str | None:
+    """The papers' name of a reference baseline (one whose arch names a torchvision network,
     `nas.baselines.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
-    try:
-        arch = json.loads(row.get("arch") or "null")
-    except ValueError:
+    network = baseline.arch.get("network")
+    if baseline.type != "reference" or not isinstance(network, str) or network.startswith("zoo-"):
         return None
-    if not isinstance(arch, dict) or not isinstance(arch.get("network"), str) or row.get("type", "reference") != \
-            "reference" or arch["network"].startswith("zoo-"):
-        return None
-    if arch["network"] == "mobilenet_v2":
-        width = f"{float(arch.get('width', 1.0)):g}"
+    if network == "mobilenet_v2":
+        width = f"{float(baseline.arch.get('width', 1.0)):g}"
         return f"MobileNetV2-{width}{'' if '.' in width else '.0'}"
-    return f"ResNet{arch['network'].removeprefix('resnet')}-style"
-
-
-def baseline_type(row: dict) -> str:
-    """A baselines.csv row's type; for runs from before the `type` column, told from its note and arch."""
-    if row.get("type"):
-        return row["type"]
-    note = row.get("note", "")
-    if reference_label(row):
-        return "reference"
-    if note.startswith("bicubic"):
-        return "bicubic"
-    return "standalone" if "trained from scratch" in note else "subnet"
+    return f"ResNet{network.removeprefix('resnet')}-style"
 
 
 @dataclass
 class BaselineMatch:
     """A baseline (`figure` on the test split at `latency_ms`) and the fastest searched arch at least as good
     (`arch_id` None when none is). `label` is the papers' name of a reference baseline (`reference_label`), else
-    empty; `kind` its type (`baseline_type`)."""
+    empty; `kind` its type."""
 
     name: str
     figure: float
@@ -96,16 +73,16 @@ def _searched(candidates: Sequence[Candidate]) -> list[Candidate]:
     return final or [c for c in candidates if c.test_figure is not None]
 
 
-def baseline_matches(candidates: Sequence[Candidate], baselines: Sequence[dict], metric: str) -> list[BaselineMatch]:
+def baseline_matches(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult],
+                     metric: str) -> list[BaselineMatch]:
     """The papers' comparison, per baseline with a test figure: the fastest searched arch at least as good on the
     test split (`_searched`: the finalised archs, with their finalised test metric, when the run has any)."""
     searched = [(c.test_figure, c.latency_ms, c.id) for c in _searched(candidates)]
     matches = []
     for b in baselines:
-        if test_figure(b, metric) is None:
+        if b.test_figure is None:
             continue
-        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]), label=reference_label(b) or "",
-                              kind=baseline_type(b))
+        match = BaselineMatch(b.name, b.test_figure, b.latency_ms, label=reference_label(b) or "", kind=b.type)
         good = [s for s in searched if s[0] >= match.figure]
         if good:
             match.arch_figure, match.arch_latency_ms, match.arch_id = min(good, key=lambda s: (s[1], -s[0]))
@@ -113,7 +90,7 @@ def baseline_matches(candidates: Sequence[Candidate], baselines: Sequence[dict],
     return matches
 
 
-def headline(candidates: Sequence[Candidate], baselines: Sequence[dict], metric: str) -> list[str]:
+def headline(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult], metric: str) -> list[str]:
     """`baseline_matches` in words, one line per baseline."""
     lines = []
     for m in baseline_matches(candidates, baselines, metric):
@@ -170,25 +147,25 @@ class GenerationMatch:
         return self.best[1] - self.figure
 
 
-def generation_matches(candidates: Sequence[Candidate], baselines: Sequence[dict], metric: str,
+def generation_matches(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult], metric: str,
                        latency: dict[str, dict[int, float]], devices: Sequence[str]) -> list[GenerationMatch]:
     """The papers' table per NPU generation: for each trained baseline (`nas.baselines.TRAINED_TYPES`) with a
-    test figure and a latency on the device (baselines.csv's `<device>_ms`), and each device of `devices` on
+    test figure and a latency on the device (`BaselineResult.device_ms`), and each device of `devices` on
     which the run's archs were costed (`latency[device][arch id]`, e.g. `report_page.RunView.latency`)."""
     searched = _searched(candidates)
     out = []
     for b in baselines:
-        figure = test_figure(b, metric)
-        if figure is None or baseline_type(b) not in ("standalone", "reference", "zoo"):
+        figure = b.test_figure
+        if figure is None or b.type not in ("standalone", "reference", "zoo"):
             continue
         for device in devices:
-            if b.get(f"{device}_ms", "") == "" or device not in latency:
+            if device not in b.device_ms or device not in latency:
                 continue
-            ms = float(b[f"{device}_ms"])
+            ms = b.device_ms[device]
             archs = [(c.id, c.test_figure, latency[device][c.id]) for c in searched if c.id in latency[device]]
             good = [a for a in archs if a[1] >= figure]
             fast = [a for a in archs if a[2] <= ms]
-            out.append(GenerationMatch(b["name"], device, figure, ms,
+            out.append(GenerationMatch(b.name, device, figure, ms,
                                        min(good, key=lambda a: (a[2], -a[1])) if good else None,
                                        max(fast, key=lambda a: (a[1], -a[2])) if fast else None))
     return out

@@ -18,16 +18,18 @@ from typing import Sequence
 
 from hw_cost.lut import LatencyTable
 from hw_cost.vpunn.paths import MODEL_FILES
-from ..candidate import Candidate, candidate_rows, read_candidates
+from search_spaces import SpaceConfig
+from ..records import (BaselineResult, Candidate, baseline_rows, candidate_rows, read_baseline_results,
+                       read_candidates)
+from ..baseline_entries import BASELINE_ENTRIES
 from ..config import NPU_GENERATIONS, RunConfig, load_config
 from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
 from ..ranking.probe import figure_lines, read_probe
-from ..rundir import RunDir, read_csv
+from ..rundir import RunDir
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .device_fronts import cost_front_on_devices
-from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline, paper_sentence,
-                     read_stage_times, test_figure)
+from .report import baseline_matches, fidelity_of, generation_matches, headline, paper_sentence, read_stage_times
 
 logger = logging.getLogger(__name__)
 
@@ -45,17 +47,17 @@ _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 400, 64, 16, 12, 46
 class RunView:
     """What a page shows of one run: its candidates and baselines. `latency[source][arch id]` in ms, sources
     `cost` (the run's own cost model), `measured` (end to end on the run's machine) and the VPUNN devices;
-    `prefix` makes its point keys unique on a comparison; `config` is the run's config (None where it no longer
-    loads here)."""
+    `prefix` makes its point keys unique on a comparison; `config` is the run's config and `space` its space
+    section, which draws the archs (None where the config no longer loads here)."""
 
     name: str
     path: Path
     prefix: str
     metric: str
     candidates: list[Candidate]
-    baselines: list[dict]
+    baselines: list[BaselineResult]
     cost_model: str
-    space: dict
+    space: SpaceConfig | None
     latency: dict[str, dict[int, float]]
     notes: list[str] = field(default_factory=list)
     config: RunConfig | None = None
@@ -72,8 +74,8 @@ def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
     except (ValueError, OSError) as exc:  # the config of an older vpunas, or none
         config, left_out = None, f"its config does not load: {exc}"
     view = RunView(run_dir.path.name, run_dir.path, prefix, candidates[0].metric, candidates,
-                   read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], candidates[0].cost_model,
-                   config.to_dict()["space"] if config else {},
+                   read_baseline_results(run_dir.baselines), candidates[0].cost_model,
+                   config.space if config else None,
                    {"cost": {c.id: c.latency_ms for c in candidates}}, config=config)
     measured = measured_latencies(run_dir)  # by arch key
     if measured:
@@ -139,9 +141,9 @@ def _points(view: RunView, series: int, source: str, split: str) -> list[_Point]
         elif c.test_figure is not None:
             out.append(_Point(key, x, c.test_figure, "final" if c.final is not None else "front", series))
     for i, b in enumerate(view.baselines if source == "cost" else ()):
-        y = (float(b[metric]) if b.get(metric, "") != "" else None) if split == "val" else test_figure(b, metric)
-        if y is not None and b.get("latency_ms", "") != "":
-            out.append(_Point(f"{view.prefix}b{i}", float(b["latency_ms"]), y, "baseline", series, b["name"]))
+        y = b.score if split == "val" else b.test_figure
+        if y is not None:
+            out.append(_Point(f"{view.prefix}b{i}", b.latency_ms, y, "baseline", series, b.name))
     return out
 
 
@@ -271,13 +273,13 @@ def _point_info(view: RunView) -> dict[str, dict]:
         out[f"{view.prefix}{candidate.id}"] = {
             "title": f"{run}arch {candidate.id}" + (" · front" if candidate.is_pareto else "")
                      + (" · finalised" if candidate.final is not None else ""),
-            "info": [["arch", arch_summary(candidate.arch)], *figures, *latency,
+            "info": [["arch", arch_summary(candidate.arch, view.space)], *figures, *latency,
                      ["params", _fmt(candidate.params / 1e6, " M")], ["MACs", _fmt(candidate.macs / 1e6, " M")]],
             "arch": candidate.arch_text}
-    for i, b in enumerate(view.baselines):
-        shown = [(labels.get(c, c), b[c]) for c in b if c not in ("name", "arch", "cost_model") and b[c] != ""]
-        out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b['name']}", "info": shown,
-                                     "arch": b.get("arch") or None}
+    rows, _ = _baseline_table(view)  # as baselines.csv shows them
+    for i, (b, r) in enumerate(zip(view.baselines, rows)):
+        shown = [(labels.get(c, c), str(r[c])) for c in r if c not in ("name", "arch", "cost_model") and r[c] != ""]
+        out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b.name}", "info": shown, "arch": r["arch"]}
     return out
 
 
@@ -286,8 +288,8 @@ def _pictures(views: Sequence[RunView]) -> str:
     out = []
     for view in views:
         pictures = [(f"{view.prefix}{c.id}", arch_svg(c.arch, view.space)) for c in view.candidates] + [
-            (f"{view.prefix}b{i}", arch_svg(json.loads(b["arch"]), view.space) if b.get("arch", "").startswith("{")
-             else None) for i, b in enumerate(view.baselines)]
+            (f"{view.prefix}b{i}", arch_svg(b.arch, view.space)) for i, b in enumerate(view.baselines)
+            if BASELINE_ENTRIES[b.type].family_arch]
         out += [f'<template id="pic-{html.escape(key)}">{svg}</template>' for key, svg in pictures if svg]
     return "".join(out)
 
@@ -338,8 +340,8 @@ def training_note(view: RunView) -> str:
         inherited = config is not None and config.search.finalize.init == "inherited"
         supernet = f"{float(config.train.epochs):g} supernet + " if inherited else ""
         parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
-    trained = [float(b["epochs"]) for b in view.baselines
-               if baseline_type(b) in ("standalone", "reference", "zoo") and b.get("epochs", "") != ""]
+    trained = [b.epochs for b in view.baselines
+               if b.type in ("standalone", "reference", "zoo") and b.epochs is not None]
     if trained:
         parts.append(f"trained baselines {_span(trained)} epochs from scratch")
     return "; ".join(parts)
@@ -365,7 +367,7 @@ def _headline_section(view: RunView) -> str:
            '<p class="headline">No headline: no baseline of this run is a network trained from scratch as long as '
            "the finalised archs (types standalone, reference, zoo) or bicubic upscaling; zoo networks give one "
            "(<code>configs/fmnist_zoo.yaml</code>).</p>")
-    kinds = {b["name"]: baseline_type(b) for b in view.baselines}
+    kinds = {b.name: b.type for b in view.baselines}
     items = "".join(f"<li>{html.escape(line)}"
                     + (" <i>(inherited weights: not like with like)</i>" if kinds.get(line.split(" (")[0]) == "subnet"
                        else "") + "</li>" for line in lines)
@@ -415,8 +417,8 @@ def provenance_section(view: RunView) -> str:
     if view.config is None:
         return f"<p>Cost model <code>{html.escape(view.cost_model)}</code>.</p>"
     cost = view.config.cost
-    kind, arg = cost.spec.kind, cost.spec.argument
-    if kind == "lut":
+    arg = cost.spec.argument
+    if cost.spec.is_table:
         try:
             meta = LatencyTable.load(arg).metadata
         except (OSError, ValueError) as exc:
@@ -427,14 +429,13 @@ def provenance_section(view: RunView) -> str:
         return (f"<p>Latency table <code>{html.escape(arg)}</code>, measured with OpenVINO (per block, batch 1; "
                 f"a network's latency is the sum of its blocks plus the runtime's fixed cost):</p>"
                 f"<table class='facts'>{items}</table>")
-    if kind == "vpunn":
-        model_dir = cost.model_dir or "the files shipped with vpunas"
-        return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
-                f"<code>{html.escape(MODEL_FILES.get(arg, '?'))}</code> from {html.escape(str(model_dir))} "
-                f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
-                f"precision {html.escape(cost.dtype)}, run by vpunas "
-                "itself layer by layer (hw_cost/vpunn/network.py).</p>")
-    return f"<p>Cost model <code>{html.escape(str(cost.spec))}</code>.</p>"
+    # the kind that is not a table predicts the NPU: VPUNN (hw_cost.COST_MODEL_KINDS)
+    model_dir = cost.model_dir or "the files shipped with vpunas"
+    return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
+            f"<code>{html.escape(MODEL_FILES.get(arg, arg))}</code> from {html.escape(str(model_dir))} "
+            f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
+            f"precision {html.escape(cost.dtype)}, run by vpunas "
+            "itself layer by layer (hw_cost/vpunn/network.py).</p>")
 
 
 def _duration(seconds: float) -> str:
@@ -456,6 +457,13 @@ def stage_section(run_dir: RunDir) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ pages
+def _baseline_table(view: RunView) -> tuple[list[dict], list[str]]:
+    """The run's baselines as baselines.csv shows them: rows and columns (a latency column per NPU generation any
+    baseline was costed on)."""
+    devices = [d for d in NPU_GENERATIONS if any(d in b.device_ms for b in view.baselines)]
+    return baseline_rows(view.baselines, view.metric, devices)
+
+
 def _by_latency(candidates: Sequence[Candidate], keep) -> list[Candidate]:
     return sorted((c for c in candidates if keep(c)), key=lambda c: c.latency_ms)
 
@@ -508,10 +516,8 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     columns = ["id", metric, f"test_{metric}", "latency_ms", *devices, "params", "macs", "arch"]
     final_columns = ["id", f"final_{metric}", *_final_scores(view, final), metric, "latency_ms", *measured,
                      *devices, "is_final_pareto", "params", "macs", "arch"]
-    base_columns = [c for c in ("name", "type", metric, f"test_{metric}") if baselines and c in baselines[0]]
-    base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
-    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note")
-                     if baselines and c in baselines[0]]
+    base_rows, base_columns = _baseline_table(view)
+    base_columns = [c for c in base_columns if c not in ("cost_model", "arch")]
     tau = fidelity_of(final)
     final_section = "" if not final else (
         f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
@@ -523,6 +529,7 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     section, data = front_section([view])
     data["initial"] = _initial(view)
     name = html.escape(run_dir.path.name)
+    every_arch = _arch_table(view, candidates, columns)
     body = f"""<h1>vpunas run <code>{name}</code></h1>
 <p>{len(candidates)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(view.cost_model)}</code>).</p>
@@ -532,9 +539,9 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
 {probe_section(run_dir, metric)}
 {generations_section(view)}
 <h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
-<h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])
+<h2>Baselines</h2>{sortable_table(base_rows, base_columns, [f"b{i}" for i in range(len(baselines))])
                    if baselines else "<p>none</p>"}
-<h2>All evaluated archs</h2><details><summary>{len(candidates)} archs</summary>{_arch_table(view, candidates, columns)}</details>
+<h2>All evaluated archs</h2><details><summary>{len(candidates)} archs</summary>{every_arch}</details>
 <h2>Cost model</h2>{provenance_section(view)}{_correction_note(run_dir)}
 <h2>Run time per stage</h2>{stage_section(run_dir)}
 <h2>Config</h2><pre>{html.escape(config)}</pre>"""
@@ -552,7 +559,8 @@ def compare_page(views: Sequence[RunView], png: bytes) -> str:
         tau = fidelity_of(final)
         runs.append(f'<tr><td><span class="key"><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
                     f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td>"
-                    f"<td>{len(view.candidates)}</td><td>{sum(c.is_pareto for c in view.candidates)}</td><td>{len(final)}</td>"
+                    f"<td>{len(view.candidates)}</td><td>{sum(c.is_pareto for c in view.candidates)}</td>"
+                    f"<td>{len(final)}</td>"
                     f"<td>{'n/a' if tau is None else f'{tau:.3f}'}</td><td>{html.escape(str(view.path))}</td></tr>")
         shown = _by_latency(view.candidates, lambda c: c.test_figure is not None)
         columns = ["id", metric, f"test_{metric}", f"final_{metric}", *_final_scores(view, final), "latency_ms",

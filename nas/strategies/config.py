@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..candidate import Candidate
+from ..records import Candidate
 from ..training.finalize import FinalizeConfig
 from .registry import STRATEGIES
 from .strategy import SearchStrategy

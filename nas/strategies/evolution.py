@@ -23,9 +23,10 @@ import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
-from ..candidate import Candidate
+from ..records import Candidate
 from ..errors import RunDirError
 from ..randomness import RunRandom
+from ..search_context import SearchContext
 from .registry import register_strategy
 from .sandwich import FrontSettings, SandwichStrategy, trained_supernet_scoring
 from .strategy import SearchOutcome
@@ -154,7 +155,7 @@ class EvolutionStrategy(SandwichStrategy):
     name = "evolution"
     config_class = EvolutionConfig
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
+    def __init__(self, ctx: SearchContext, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         super().__init__(ctx, on_generation)
         self.generation = 0  # generations finished
         self.population: list[str] = []  # arch keys of the archs of the last generation, in order

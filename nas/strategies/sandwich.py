@@ -10,8 +10,9 @@ from typing import Optional
 
 import torch
 
-from ..candidate import COSTS
+from ..records import COSTS
 from ..rundir import RunDir, atomic_copy
+from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator, CachedEvaluator, journaled_candidates
 from ..training.supernet_training import SupernetTrainer
 from .strategy import SearchStrategy
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "trained_supernet_scoring"]
 
-#: a candidate's costs a search can minimise beside latency (`nas.candidate.COSTS`)
+#: a candidate's costs a search can minimise beside latency (`nas.records.COSTS`)
 EXTRA_OBJECTIVES = tuple(c for c in COSTS if c != "latency_ms")
 
 
@@ -58,7 +59,7 @@ class FrontSettings:
         return ("latency_ms", *self.extra_objectives)
 
 
-def train_supernet(ctx) -> SupernetTrainer:
+def train_supernet(ctx: SearchContext) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
     `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
     was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
@@ -73,7 +74,7 @@ def train_supernet(ctx) -> SupernetTrainer:
     return trainer
 
 
-def trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
+def trained_supernet_scoring(ctx: SearchContext) -> tuple[ArchEvaluator, CachedEvaluator]:
     """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights."""
     trainer = train_supernet(ctx)
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,

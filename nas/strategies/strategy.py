@@ -14,7 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional
 
-from ..candidate import Candidate
+from ..records import Candidate
+from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator, CachedEvaluator
 
 __all__ = ["SearchStrategy", "SearchOutcome"]
@@ -67,7 +68,7 @@ class SearchStrategy(ABC):
         the run measures each finalised arch against a target and logs how far off it is)."""
         return None
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
+    def __init__(self, ctx: SearchContext, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
 
     @property

@@ -12,7 +12,7 @@ from search_spaces import SearchSpace, Supernet, arch_key
 from tasks import Task
 from tasks.data import to_device
 
-from ..candidate import Candidate
+from ..records import Candidate
 from ..distributed import Distributed
 from .supernet_training import device_of, recalibrate_batchnorm, to_channels_last
 

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 from search_spaces import arch_key
 
-from ...candidate import Candidate
+from ...records import Candidate
+from ...search_context import SearchContext
 from ...training.evaluation import ArchEvaluator, journaled_candidates
 from ..registry import register_strategy
 from ..strategy import SearchOutcome, SearchStrategy
@@ -47,7 +48,7 @@ class DifferentiableStrategy(SearchStrategy):
     def latency_target_ms(cls, settings: DifferentiableConfig, space, cost_model) -> Optional[float]:
         return settings.target_latency_ms(space, cost_model)
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
+    def __init__(self, ctx: SearchContext, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         super().__init__(ctx, on_generation)
         self.trainer = DifferentiableTrainer(ctx.space, ctx.task, ctx.cost_model, ctx.config.train, self.settings,
                                              ctx.random, ctx.run_dir.supernet_checkpoint)

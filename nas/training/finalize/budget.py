@@ -9,7 +9,8 @@ from typing import Sequence
 
 from search_spaces import arch_key
 
-from ...candidate import Candidate
+from ...records import Candidate
+from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
 from .config import FinalizeConfig
@@ -78,7 +79,7 @@ def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_
     return max(archs, min(max_archs, math.floor(seconds_left / seconds_per_arch)))
 
 
-def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
+def _timed(ctx: SearchContext, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
     """(seconds of one lockstep step, each net's seconds in it, seconds of scoring all its nets), timed on copies:
     the training itself is left untouched."""
     step_seconds, net_seconds = trainer.time_steps()
@@ -89,7 +90,7 @@ def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
     return step_seconds, net_seconds, (time.perf_counter() - timed) * len(trainer.nets)
 
 
-def fit_to_budget(ctx, chosen: list[Candidate], choose, evaluator: ArchEvaluator,
+def fit_to_budget(ctx: SearchContext, chosen: list[Candidate], choose, evaluator: ArchEvaluator,
                   seconds_left: float) -> FinalizationPlan:
     """The plan of a fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up
     to `max_archs`) when it has time for them at the full epochs, then each arch's epochs by its cost

@@ -16,10 +16,11 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
-from ...candidate import Candidate
+from ...records import Candidate
 from ...errors import ConfigError
 from ...rundir import atomic_torch_save
 from ...runtime import check_finite
+from ...search_context import SearchContext
 from ..captured_step import WARMUP_STEPS, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
@@ -250,7 +251,7 @@ class LockstepTrainer:
                     self.total_steps, time.perf_counter() - started)
 
 
-def lockstep_trainer(ctx, records: Sequence[Candidate], evaluator: ArchEvaluator, checkpoint: Path, *,
+def lockstep_trainer(ctx: SearchContext, records: Sequence[Candidate], evaluator: ArchEvaluator, checkpoint: Path, *,
                      epochs: Sequence[float] | None = None, stop_epochs: float | None = None) -> LockstepTrainer:
     """A lockstep trainer of `records`' archs, initialised as `search.finalize.init` says, with the teacher
     `kd_ratio` asks for (resumed from `checkpoint` if it exists; see `LockstepTrainer` for the rest)."""

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from search_spaces import arch_key
 
-from ...candidate import Candidate
+from ...records import Candidate
 from ...errors import RunDirError
 from ...rundir import atomic_write_text, load_checkpoint
 

@@ -9,8 +9,9 @@ from typing import Sequence
 
 import torch.nn as nn
 
-from ...candidate import Candidate, FinalScores
+from ...records import Candidate, FinalScores
 from ...rundir import EvaluationJournal, load_checkpoint
+from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator, fed_from_cpu, scores_on_test
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,8 @@ def better_of(task, trained: nn.Module, inherited: nn.Module,
     return net, scores, trained_val if keep else None
 
 
-def int8_scores(ctx, chosen: Sequence[Candidate], keys: Sequence[str], evaluator: ArchEvaluator) -> dict[str, float]:
+def int8_scores(ctx: SearchContext, chosen: Sequence[Candidate], keys: Sequence[str],
+                evaluator: ArchEvaluator) -> dict[str, float]:
     """Arch key -> test metric of the finalised arch quantized to INT8; journaled, so a restart scores no arch
     twice."""
     from ...export.quantize import int8_metric  # imported when a run asks for INT8 scores

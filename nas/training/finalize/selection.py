@@ -9,7 +9,7 @@ import numpy as np
 
 from search_spaces import arch_key
 
-from ...candidate import Candidate
+from ...records import Candidate
 
 
 def select_spread(records: Sequence[Candidate], n: int, costs: Sequence[str] = ("latency_ms",)) -> list[Candidate]:

@@ -10,8 +10,9 @@ import torch
 
 from search_spaces import arch_key
 
-from ...candidate import Candidate, FinalScores
+from ...records import Candidate, FinalScores
 from ...rundir import EvaluationJournal, atomic_torch_save
+from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
 from .budget import fit_to_budget
@@ -24,7 +25,8 @@ from .selection import feasible_records, ranking_fidelity, select_spread
 logger = logging.getLogger(__name__)
 
 
-def _screen(ctx, candidates: Sequence[Candidate], evaluator: ArchEvaluator, costs: Sequence[str]) -> list[Candidate]:
+def _screen(ctx: SearchContext, candidates: Sequence[Candidate], evaluator: ArchEvaluator,
+            costs: Sequence[str]) -> list[Candidate]:
     """The `archs` of `candidates` that continue, chosen by their val metric after `screen_epochs` (the scores
     journaled; the screening's training checkpointed to its own file)."""
     config: FinalizeConfig = ctx.config.search.finalize
@@ -49,7 +51,7 @@ def _screen(ctx, candidates: Sequence[Candidate], evaluator: ArchEvaluator, cost
     return [c for c, k in zip(candidates, keys) if k in kept]
 
 
-def _new_plan(ctx, feasible: Sequence[Candidate], evaluator: ArchEvaluator, costs: Sequence[str],
+def _new_plan(ctx: SearchContext, feasible: Sequence[Candidate], evaluator: ArchEvaluator, costs: Sequence[str],
               seconds_left: float | None) -> FinalizationPlan | None:
     """The archs to finalise and their epochs: `archs` spread over the front (`select_spread`), or those the
     screening keeps of `screen_archs`, or as many and as long as the run budget has time for; None when there are
@@ -67,7 +69,8 @@ def _new_plan(ctx, feasible: Sequence[Candidate], evaluator: ArchEvaluator, cost
     return FinalizationPlan([arch_key(c.arch) for c in candidates], [config.epochs] * len(candidates))
 
 
-def _trainer(ctx, plan: FinalizationPlan, chosen: Sequence[Candidate], evaluator: ArchEvaluator) -> LockstepTrainer:
+def _trainer(ctx: SearchContext, plan: FinalizationPlan, chosen: Sequence[Candidate],
+             evaluator: ArchEvaluator) -> LockstepTrainer:
     """The trainer of the plan's archs: resumed from its checkpoint when there is one, else continuing the
     screening's training where the plan says so, else from the start."""
     checkpoint = ctx.run_dir.checkpoint_dir / CHECKPOINT_FILE
@@ -79,7 +82,7 @@ def _trainer(ctx, plan: FinalizationPlan, chosen: Sequence[Candidate], evaluator
     return trainer
 
 
-def finalize(ctx, records: Sequence[Candidate], evaluator: ArchEvaluator,
+def finalize(ctx: SearchContext, records: Sequence[Candidate], evaluator: ArchEvaluator,
              seconds_left: float | None = None) -> dict[str, FinalScores]:
     """Finalise the run's chosen archs (see the package docstring); returns arch key -> final scores.
 

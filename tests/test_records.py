@@ -3,7 +3,7 @@ from dataclasses import replace
 
 import pytest
 
-from nas.candidate import Candidate, FinalScores, read_candidates, write_candidates
+from nas.records import Candidate, FinalScores, read_candidates, write_candidates
 from nas.errors import RunDirError
 from search_spaces import arch_key
 

@@ -1,6 +1,7 @@
-"""The record of an evaluated arch (`Candidate`) and its finalised scores (`FinalScores`): what a search hands to
-finalisation, the report, export and the scripts, with the one reader and writer of candidates.csv and of the
-evaluation journal's lines.
+"""The records a run's results are made of, each with the one reader and writer of its table and journal lines:
+an evaluated arch (`Candidate`) with its finalised scores (`FinalScores`), what a search hands to finalisation, the
+report, export and the scripts (candidates.csv, the evaluation journal); a scored baseline (`BaselineResult`,
+baselines.csv and its journal).
 
 candidates.csv has one row per candidate, in id order: `id`, `generation`, `arch` (compact JSON, sorted keys),
 `<metric>` (val, inherited weights), `test_<metric>` (the front only), `latency_ms`, `cost_model`, `params`,
@@ -8,6 +9,10 @@ candidates.csv has one row per candidate, in id order: `id`, `generation`, `arch
 `final_epochs`, `is_final_pareto`, then the task's other finalised test scores (`final_test_ssim`) and a
 strategy's own figures (`expected_latency_ms`), in the order the rows first name them. A field a candidate lacks
 is an empty cell.
+
+baselines.csv has one row per baseline: `name`, `type`, `<metric>`, `test_<metric>`, the task's other test scores
+(sorted), `latency_ms`, its latency on each NPU generation (`<device>_ms`), `cost_model`, `params`, `macs`,
+`epochs` (trained ones), `note`, `arch` (compact JSON, sorted keys).
 """
 from __future__ import annotations
 
@@ -23,7 +28,8 @@ from .pareto import pareto_mask
 from .rundir import read_csv, write_csv
 
 __all__ = ["Candidate", "FinalScores", "COSTS", "write_candidates", "read_candidates", "candidate_rows",
-           "with_pareto", "metric_of_columns"]
+           "with_pareto", "metric_of_columns", "BaselineResult", "baseline_rows", "write_baseline_results",
+           "read_baseline_results"]
 
 #: a candidate's costs, which a search may minimise (its fields of these names): latency, then MACs and params
 COSTS = ("latency_ms", "macs", "params")
@@ -109,7 +115,7 @@ class Candidate:
     @property
     def arch_text(self) -> str:
         """The arch as candidates.csv holds it: compact JSON, sorted keys."""
-        return json.dumps(self.arch, sort_keys=True, separators=(",", ":"))
+        return arch_key(self.arch)
 
     def cost(self, name: str) -> float:
         """Its cost `name`, one of `COSTS` (a search's objectives name them)."""
@@ -221,4 +227,113 @@ def read_candidates(path: Path) -> list[Candidate]:
                              int(r["params"]), int(r["macs"]), int(r["id"]), _number(r["generation"], int),
                              _number(r.get("expected_latency_ms", "")), _number(r.get(f"test_{m}", "")), final,
                              r["is_pareto"] == "True", r.get("is_final_pareto") == "True"))
+    return out
+
+
+@dataclass
+class BaselineResult:
+    """A scored baseline of a run (`nas.baselines`).
+
+    Args:
+        name, type: its config entry's (`nas.baseline_entries`).
+        arch: an arch of the space (subnet, standalone), the network's identity (reference, zoo:
+            `{"network": ...}`), or {} (bicubic).
+        metric: the task's metric, the name of `score`.
+        score: the metric on the val split (None where an older baselines.csv lacks it).
+        test: the task's test scores by name, its metric first.
+        latency_ms: its latency on `cost_model` (the run's cost model's name).
+        params, macs: of the network.
+        note: how it was obtained, in words.
+        epochs: how long it trained (trained types), else None.
+        device_ms: its latency on each NPU generation (VPUNN), by device.
+    """
+
+    name: str
+    type: str
+    arch: dict
+    metric: str
+    score: float | None
+    test: dict[str, float]
+    latency_ms: float
+    cost_model: str
+    params: int
+    macs: int
+    note: str
+    epochs: float | None = None
+    device_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def test_figure(self) -> float | None:
+        """Its metric on the test split; None if it was not scored there."""
+        return self.test.get(self.metric)
+
+    def journal_entry(self) -> dict[str, Any]:
+        """The line of the baselines' journal (RUN_DIR/checkpoint/baselines.jsonl), keyed by its name."""
+        entry = {"key": self.name, "name": self.name, "type": self.type, "arch": self.arch, self.metric: self.score,
+                 **{f"test_{k}": v for k, v in self.test.items()}, "latency_ms": self.latency_ms,
+                 "cost_model": self.cost_model, "params": self.params, "macs": self.macs, "note": self.note,
+                 **{f"{d}_ms": v for d, v in self.device_ms.items()}}
+        if self.epochs is not None:
+            entry["epochs"] = self.epochs
+        return entry
+
+    @classmethod
+    def from_journal(cls, entry: dict[str, Any], metric: str) -> BaselineResult:
+        return cls(entry["name"], entry["type"], entry["arch"], metric, entry[metric],
+                   {k.removeprefix("test_"): v for k, v in entry.items() if k.startswith("test_")},
+                   entry["latency_ms"], entry["cost_model"], entry["params"], entry["macs"], entry["note"],
+                   entry.get("epochs"), {k.removesuffix("_ms"): v for k, v in entry.items()
+                                         if k.endswith("_ms") and k != "latency_ms"})
+
+
+def baseline_rows(results: Sequence[BaselineResult], metric: str,
+                  devices: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows and columns of baselines.csv (see the module docstring), a latency column for each of `devices`."""
+    extra = sorted({k for r in results for k in r.test if k != metric})
+    columns = ["name", "type", metric, f"test_{metric}", *(f"test_{k}" for k in extra), "latency_ms",
+               *(f"{d}_ms" for d in devices), "cost_model", "params", "macs", "epochs", "note", "arch"]
+    rows = [{"name": r.name, "type": r.type, metric: _blank(r.score),
+             **{f"test_{k}": r.test.get(k, "") for k in (metric, *extra)}, "latency_ms": r.latency_ms,
+             **{f"{d}_ms": r.device_ms.get(d, "") for d in devices}, "cost_model": r.cost_model, "params": r.params,
+             "macs": r.macs, "epochs": _blank(r.epochs), "note": r.note,
+             "arch": arch_key(r.arch)} for r in results]
+    return rows, columns
+
+
+def write_baseline_results(path: Path, results: Sequence[BaselineResult], metric: str, devices: Sequence[str]) -> None:
+    """Write baselines.csv (atomically), a latency column for each of `devices`."""
+    write_csv(path, *baseline_rows(results, metric, devices))
+
+
+def _older_type(note: str, arch: dict) -> str:
+    """The type of a baselines.csv row from before the `type` column, told from its note and arch."""
+    network = arch.get("network")
+    if isinstance(network, str) and not network.startswith("zoo-"):
+        return "reference"
+    if note.startswith("bicubic"):
+        return "bicubic"
+    return "standalone" if "trained from scratch" in note else "subnet"
+
+
+def read_baseline_results(path: Path) -> list[BaselineResult]:
+    """The baselines of a run's baselines.csv ([] when the run has none); the metric is its third column."""
+    if not Path(path).exists():
+        return []
+    rows = read_csv(path)
+    if not rows:
+        return []
+    metric = metric_of_columns(list(rows[0]))
+    devices = [c.removesuffix("_ms") for c in rows[0] if c.endswith("_ms") and c != "latency_ms"]
+    out = []
+    for r in rows:
+        try:
+            arch = json.loads(r.get("arch") or "{}")
+        except ValueError:
+            raise RunDirError(f"{path}: baseline {r['name']!r} has an arch that is not JSON: damaged") from None
+        note = r.get("note", "")
+        out.append(BaselineResult(
+            r["name"], r.get("type") or _older_type(note, arch), arch, metric, _number(r.get(metric, "")),
+            {k.removeprefix("test_"): float(v) for k, v in r.items() if k.startswith("test_") and v != ""},
+            float(r["latency_ms"]), r["cost_model"], int(r["params"]), int(r["macs"]), note,
+            _number(r.get("epochs", "")), {d: float(r[f"{d}_ms"]) for d in devices if r.get(f"{d}_ms", "") != ""}))
     return out
