@@ -59,7 +59,7 @@ from ..context import npu_generation_model
 from ..records import BaselineResult, write_baseline_results
 from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, scores_on_test
-from .cached import cache_entry, reference_parts, train_cached_network, zoo_parts
+from .cached_networks import cache_entry, reference_parts, train_cached_network, zoo_parts
 from .trainer import baseline_recipe, train_from_scratch
 
 __all__ = ["evaluate_baselines", "check_baselines", "resolve_arch", "BASELINE_TYPES", "TRAINED_TYPES"]

@@ -28,7 +28,7 @@ from ..config import load_config
 from ..context import build_context
 from ..rundir import RunDir
 from ..search_context import SearchContext
-from .cached import CACHED_TYPES, cached_baseline_path, train_cached_baseline
+from .cached_networks import CACHED_TYPES, cached_baseline_path, train_cached_baseline
 
 logger = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ import numpy as np
 from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
-from ..baselines.cached import CachedNetwork, CacheEntry, train_cached_network
+from ..baselines.cached_networks import CachedNetwork, CacheEntry, train_cached_network
 from ..baselines.trainer import matched_epochs
 from ..randomness import RunRandom
 from ..rundir import read_csv, write_csv

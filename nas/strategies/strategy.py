@@ -1,7 +1,7 @@
 """The interface of a search strategy: a class that turns a `SearchContext` into evaluated architectures.
 
 A strategy is a `SearchStrategy` subclass registered under its `name` (`nas.strategies.registry`). Its
-`config_class` is the settings dataclass of the `search.<name>` sub-section (`nas.strategies.config.SearchConfig`).
+`config_class` is the settings dataclass of the `search.<name>` sub-section (`nas.strategies.search_config.SearchConfig`).
 
 `nas.run.run_search` creates the strategy of the config, loads the state it recorded in
 RUN_DIR/checkpoint/strategy.json into it on resume (`state_dict` / `load_state_dict`; a strategy that checkpoints

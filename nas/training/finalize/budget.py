@@ -13,10 +13,10 @@ from ...records import Candidate
 from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
-from .config import FinalizeConfig
+from .settings import FinalizeConfig
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, FinalizationPlan, epochs_text
-from .scoring import better_of
+from .final_scores import better_of
 
 logger = logging.getLogger(__name__)
 

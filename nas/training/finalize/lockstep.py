@@ -25,7 +25,7 @@ from ..captured_step import WARMUP_STEPS, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
 from ..supernet_training import TrainConfig, in_layout, to_channels_last
-from .config import FinalizeConfig
+from .settings import FinalizeConfig
 from .graph_steps import GraphSteps
 from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
