@@ -10,16 +10,16 @@ from __future__ import annotations
 import torch
 
 from hw_cost import CostModel, CostModelSpec, load_cost_model
-from search_spaces import SearchSpace, build_space
+from search_spaces import build_space
 from tasks import build_task
 
 from .config import ConfigError, CostConfig, RunConfig
-from .distributed import Distributed, current
+from .distributed import current
 from .latency.lut_validation import load_run_correction
 from .rundir import RunDir
 from .search_context import SearchContext
 
-__all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device", "run_cost_model",
+__all__ = ["build_context", "build_task_and_space", "resolve_device", "run_cost_model",
            "npu_generation_model"]
 
 

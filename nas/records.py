@@ -200,12 +200,12 @@ def _epochs(text: str) -> float:
     return int(text) if text.isdigit() else float(text)
 
 
-def metric_of_columns(columns: Sequence[str]) -> str:
-    """The quality column of a candidates.csv: top1 (classification) or psnr (super-resolution)."""
+def metric_of_columns(columns: Sequence[str], path: Path) -> str:
+    """The quality column of a results table (`path`): top1 (classification) or psnr (super-resolution)."""
     for name in ("top1", "psnr"):
         if name in columns:
             return name
-    raise RunDirError("candidates.csv has neither a top1 nor a psnr column: not a vpunas run, or damaged")
+    raise RunDirError(f"{path} has neither a top1 nor a psnr column: not a vpunas run, or damaged")
 
 
 def read_candidates(path: Path) -> list[Candidate]:
@@ -213,7 +213,7 @@ def read_candidates(path: Path) -> list[Candidate]:
     rows = read_csv(path)
     if not rows:
         raise RunDirError(f"{path} has no candidates: not a finished vpunas search, or damaged")
-    m = metric_of_columns(list(rows[0]))
+    m = metric_of_columns(list(rows[0]), path)
     out = []
     for r in rows:
         final = None
@@ -322,7 +322,7 @@ def read_baseline_results(path: Path) -> list[BaselineResult]:
     rows = read_csv(path)
     if not rows:
         return []
-    metric = metric_of_columns(list(rows[0]))
+    metric = metric_of_columns(list(rows[0]), path)
     devices = [c.removesuffix("_ms") for c in rows[0] if c.endswith("_ms") and c != "latency_ms"]
     out = []
     for r in rows:

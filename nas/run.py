@@ -26,18 +26,19 @@ import torch
 from search_spaces import arch_key
 
 from .baselines.scoring import check_baselines, evaluate_baselines
-from .records import Candidate, FinalScores, write_candidates
 from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
-from .context import SearchContext, build_context, resolve_device
+from .context import build_context, resolve_device
 from .distributed import Distributed, start
 from .errors import ParameterError, RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .ranking.probe import score_probe
+from .records import Candidate, FinalScores, write_candidates
 from .reporting.build import build_report
 from .reporting.report import read_stage_times
 from .rundir import RunDir, atomic_write_text
+from .search_context import SearchContext
 from .strategies import STRATEGIES, SearchOutcome, SearchStrategy
 from .training.evaluation import ArchEvaluator, CachedEvaluator
 from .training.finalize import finalize

@@ -17,7 +17,7 @@ from nas.errors import RunDirError
 from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
 from nas.strategies.sandwich import FrontSettings
 from nas.rundir import RunDir
-from nas.context import SearchContext
+from nas.search_context import SearchContext
 from nas.strategies import STRATEGIES, SearchConfig, SearchStrategy, register_strategy
 
 

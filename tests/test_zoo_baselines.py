@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512, made_up_baseline,
-                      made_up_candidate
+from conftest import (CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512, made_up_baseline,
+                      made_up_candidate)
 from nas.baselines.cache import CACHE_ENV
 from nas.baseline_entries import ZooBaseline
 from nas.baselines import BASELINE_TYPES, matched_epochs

@@ -14,11 +14,12 @@ import torch.nn as nn
 
 from hw_cost.openvino_runtime import openvino
 
-from ..records import Candidate, read_candidates
 from ..config import load_config
-from ..context import SearchContext, build_context
+from ..context import build_context
 from ..errors import ParameterError, QuantizationError
+from ..records import Candidate, read_candidates
 from ..rundir import RunDir, atomic_write_text
+from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator
 from ..training.finalize import load_final_weights
 from ..training.supernet_training import load_trained_supernet

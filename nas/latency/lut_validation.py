@@ -18,9 +18,9 @@ from hw_cost.openvino_runtime import openvino
 from hw_cost.profiler import OpenVinoProfiler
 from search_spaces import SearchSpace, arch_key
 
-from ..records import Candidate
 from ..errors import RunDirError
 from ..randomness import RunRandom
+from ..records import Candidate
 from ..rundir import EvaluationJournal, atomic_write_text
 from ..search_context import SearchContext
 

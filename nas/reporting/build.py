@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from ..records import BaselineResult, Candidate, read_candidates
 from ..config import NPU_GENERATIONS
 from ..errors import RunDirError
+from ..records import BaselineResult, Candidate, read_candidates
 from ..rundir import RunDir, atomic_write_bytes, atomic_write_text
 from .report import generation_lines, generation_matches
 from .report_page import PALETTE, common_source, compare_page, load_run, run_page, source_label

@@ -18,9 +18,9 @@ from typing import Sequence
 
 import numpy as np
 
-from ..records import Candidate, read_candidates
 from ..config import RunConfig, load_config
 from ..context import build_task_and_space, npu_generation_model
+from ..records import Candidate, read_candidates
 from ..rundir import RunDir
 
 __all__ = ["DeviceTable", "cost_front_on_devices"]

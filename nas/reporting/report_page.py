@@ -19,13 +19,14 @@ from typing import Sequence
 from hw_cost.lut import LatencyTable
 from hw_cost.vpunn.paths import MODEL_FILES
 from search_spaces import SpaceConfig
-from ..records import (BaselineResult, Candidate, baseline_rows, candidate_rows, read_baseline_results,
-                       read_candidates)
+
 from ..baseline_entries import BASELINE_ENTRIES
 from ..config import NPU_GENERATIONS, RunConfig, load_config
 from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
 from ..ranking.probe import figure_lines, read_probe
+from ..records import (BaselineResult, Candidate, baseline_rows, candidate_rows, read_baseline_results,
+                       read_candidates)
 from ..rundir import RunDir
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .device_fronts import cost_front_on_devices

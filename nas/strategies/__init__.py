@@ -11,8 +11,8 @@ they register; a new strategy is a new module imported here. `nni_compat.py` ada
 from . import evolution  # noqa: F401
 from . import random_search  # noqa: F401
 from . import differentiable  # noqa: F401
-from .search_config import SearchConfig
 from .registry import STRATEGIES, register_strategy
+from .search_config import SearchConfig
 from .strategy import SearchOutcome, SearchStrategy
 
 __all__ = ["STRATEGIES", "SearchStrategy", "SearchOutcome", "register_strategy", "SearchConfig"]

@@ -23,9 +23,9 @@ import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
-from ..records import Candidate
 from ..errors import RunDirError
 from ..randomness import RunRandom
+from ..records import Candidate
 from ..search_context import SearchContext
 from .registry import register_strategy
 from .sandwich import FrontSettings, SandwichStrategy, trained_supernet_scoring

@@ -38,7 +38,7 @@ class SearchStrategy(ABC):
     in RUN_DIR/checkpoint/strategy.json, as JSON; False for a strategy that checkpoints itself).
 
     Args:
-        ctx: the run's `nas.context.SearchContext`.
+        ctx: the run's `SearchContext`.
         on_generation: `on_generation(records)` after each generation (search epoch), with every record so far
             (the run writes candidates.csv and the strategy's state there); None: nothing.
     """

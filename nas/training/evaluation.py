@@ -12,8 +12,8 @@ from search_spaces import SearchSpace, Supernet, arch_key
 from tasks import Task
 from tasks.data import to_device
 
-from ..records import Candidate
 from ..distributed import Distributed
+from ..records import Candidate
 from .supernet_training import device_of, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)

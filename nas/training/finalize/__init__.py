@@ -45,11 +45,11 @@ file of its own), screening scores and each scored arch are journaled (a finalis
 saved, its INT8 score in a journal of its own), so a restart repeats neither finished steps nor scores.
 """
 from .budget import budgeted_archs, budgeted_epochs, fit_to_budget, planned_seconds
-from .settings import FinalizeConfig
+from .final_scores import better_of, final_weights_path, load_final_weights
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import FinalizationPlan
-from .final_scores import better_of, final_weights_path, load_final_weights
 from .selection import feasible_records, ranking_fidelity, select_spread
+from .settings import FinalizeConfig
 from .stage import finalize
 
 __all__ = ["FinalizeConfig", "FinalizationPlan", "LockstepTrainer", "better_of", "budgeted_archs",

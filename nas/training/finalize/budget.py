@@ -13,10 +13,10 @@ from ...records import Candidate
 from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
-from .settings import FinalizeConfig
+from .final_scores import better_of
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, FinalizationPlan, epochs_text
-from .final_scores import better_of
+from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 

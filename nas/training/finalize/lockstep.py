@@ -16,8 +16,8 @@ import torch.nn as nn
 from search_spaces import arch_key
 from tasks.data import EpochBatches, batch_seed, to_device
 
-from ...records import Candidate
 from ...errors import ConfigError
+from ...records import Candidate
 from ...rundir import atomic_torch_save
 from ...runtime import check_finite
 from ...search_context import SearchContext
@@ -25,12 +25,12 @@ from ..captured_step import WARMUP_STEPS, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
 from ..supernet_training import TrainConfig, in_layout, to_channels_last
-from .settings import FinalizeConfig
 from .graph_steps import GraphSteps
 from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
 from .net_timing import NetClock
 from .schedules import cosine_schedulers, net_optimizer
+from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 

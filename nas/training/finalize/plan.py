@@ -13,8 +13,8 @@ from typing import Sequence
 
 from search_spaces import arch_key
 
-from ...records import Candidate
 from ...errors import RunDirError
+from ...records import Candidate
 from ...rundir import atomic_write_text, load_checkpoint
 
 PLAN_FILE = "finalize_plan.json"

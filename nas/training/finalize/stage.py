@@ -16,11 +16,11 @@ from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
 from .budget import fit_to_budget
-from .settings import FinalizeConfig
+from .final_scores import better_of, final_weights_path, int8_scores, val_metric
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, SCREENING_CHECKPOINT_FILE, FinalizationPlan, epochs_text
-from .final_scores import better_of, final_weights_path, int8_scores, val_metric
 from .selection import feasible_records, ranking_fidelity, select_spread
+from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 
