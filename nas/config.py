@@ -19,7 +19,7 @@ from hw_cost import CostModelError, CostModelSpec
 from search_spaces import SPACES, SpaceConfig
 from tasks import TASKS, TaskConfig
 
-from .baseline_entries import BaselineEntry, read_baselines
+from .baseline_entries import BaselineEntry, check_measured_recipes, read_baselines
 from .errors import ConfigError
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
@@ -102,11 +102,14 @@ class ProbeConfig:
         epochs: epochs each is trained from scratch with the run's recipe (`train`); None = the finalisation's
             (`search.finalize.epochs`; the supernet's and finalisation's most epochs without finalisation).
         resamples: bootstrap resamples of the intervals.
+        within_limit: spread the archs over the search's latency window (from the smallest arch to the largest
+            within the latency limit) instead of the whole space: where the search ranks.
     """
 
     archs: int = 24
     epochs: Optional[float] = None
     resamples: int = 2000
+    within_limit: bool = False
 
     def __post_init__(self):
         if self.archs < 0 or self.archs == 1:
@@ -361,16 +364,18 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     train = _structured(TrainConfig, top.train, "train")
     probe = _structured(ProbeConfig, top.probe, "probe")
     if not search.strategy_class.uses_sandwich:
-        for name in ("sandwich_random", "distill"):
+        for name in ("sandwich_random", "sandwich_window", "sandwich_top_mmacs", "sandwich_bins", "distill"):
             if getattr(train, name) != getattr(TrainConfig, name):
                 raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the supernet "
                                   f"training's sandwich rule, which search.strategy={search.strategy} does not "
                                   f"use; leave it at {getattr(TrainConfig, name)}")
-    return RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
-                     search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
-                     device=top.device, baseline_workers=top.baseline_workers,
-                     supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None,
-                     probe=probe)
+    config = RunConfig(name=top.name, seed=top.seed, threads=top.threads, task=task, space=space, train=train,
+                       search=search, cost=cost, baselines=baselines, adapt_threads=top.adapt_threads,
+                       device=top.device, baseline_workers=top.baseline_workers,
+                       supernet_from=_resolve_path(top.supernet_from, base) if top.supernet_from else None,
+                       probe=probe)
+    check_measured_recipes(config)
+    return config
 
 
 def first_difference(a, b, prefix: str = "") -> str | None:

@@ -23,6 +23,7 @@ STREAMS: dict[str, int] = {
     "differentiable.weight_gates": 0,  # the gates of a weight step, by (step)
     "differentiable.arch_gates": 1,  # the gates of an architecture step, by (step)
     "sandwich.archs": 7,  # the random archs of a supernet training step, by (epoch, step)
+    "sandwich.pool": 41,  # the pool of archs a supernet trained within a latency window draws from
     "lut_correction.archs": 23,  # the networks measured to check a latency table on this machine
 }
 

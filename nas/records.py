@@ -12,7 +12,8 @@ is an empty cell.
 
 baselines.csv has one row per baseline: `name`, `type`, `<metric>`, `test_<metric>`, the task's other test scores
 (sorted), `latency_ms`, its latency on each NPU generation (`<device>_ms`), `cost_model`, `params`, `macs`,
-`epochs` (trained ones), `note`, `arch` (compact JSON, sorted keys).
+`epochs` (trained ones), `note`, `scores_from` (only when a baseline's figures were measured elsewhere), `arch`
+(compact JSON, sorted keys).
 """
 from __future__ import annotations
 
@@ -246,6 +247,7 @@ class BaselineResult:
         note: how it was obtained, in words.
         epochs: how long it trained (trained types), else None.
         device_ms: its latency on each NPU generation (VPUNN), by device.
+        scores_from: where its figures were measured when not in this run (a zoo entry's `measured:`), else "".
     """
 
     name: str
@@ -261,6 +263,7 @@ class BaselineResult:
     note: str
     epochs: float | None = None
     device_ms: dict[str, float] = field(default_factory=dict)
+    scores_from: str = ""
 
     @property
     def test_figure(self) -> float | None:
@@ -275,28 +278,32 @@ class BaselineResult:
                  **{f"{d}_ms": v for d, v in self.device_ms.items()}}
         if self.epochs is not None:
             entry["epochs"] = self.epochs
+        if self.scores_from:
+            entry["scores_from"] = self.scores_from
         return entry
 
     @classmethod
     def from_journal(cls, entry: dict[str, Any], metric: str) -> BaselineResult:
-        return cls(entry["name"], entry["type"], entry["arch"], metric, entry[metric],
+        return cls(entry["name"], entry["type"], entry["arch"], metric, entry.get(metric),
                    {k.removeprefix("test_"): v for k, v in entry.items() if k.startswith("test_")},
                    entry["latency_ms"], entry["cost_model"], entry["params"], entry["macs"], entry["note"],
                    entry.get("epochs"), {k.removesuffix("_ms"): v for k, v in entry.items()
-                                         if k.endswith("_ms") and k != "latency_ms"})
+                                         if k.endswith("_ms") and k != "latency_ms"},
+                   entry.get("scores_from", ""))
 
 
 def baseline_rows(results: Sequence[BaselineResult], metric: str,
                   devices: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
     """The rows and columns of baselines.csv (see the module docstring), a latency column for each of `devices`."""
     extra = sorted({k for r in results for k in r.test if k != metric})
+    measured = ["scores_from"] if any(r.scores_from for r in results) else []
     columns = ["name", "type", metric, f"test_{metric}", *(f"test_{k}" for k in extra), "latency_ms",
-               *(f"{d}_ms" for d in devices), "cost_model", "params", "macs", "epochs", "note", "arch"]
+               *(f"{d}_ms" for d in devices), "cost_model", "params", "macs", "epochs", "note", *measured, "arch"]
     rows = [{"name": r.name, "type": r.type, metric: _blank(r.score),
              **{f"test_{k}": r.test.get(k, "") for k in (metric, *extra)}, "latency_ms": r.latency_ms,
              **{f"{d}_ms": r.device_ms.get(d, "") for d in devices}, "cost_model": r.cost_model, "params": r.params,
              "macs": r.macs, "epochs": _blank(r.epochs), "note": r.note,
-             "arch": arch_key(r.arch)} for r in results]
+             **({"scores_from": r.scores_from} if measured else {}), "arch": arch_key(r.arch)} for r in results]
     return rows, columns
 
 
@@ -335,5 +342,6 @@ def read_baseline_results(path: Path) -> list[BaselineResult]:
             r["name"], r.get("type") or _older_type(note, arch), arch, metric, _number(r.get(metric, "")),
             {k.removeprefix("test_"): float(v) for k, v in r.items() if k.startswith("test_") and v != ""},
             float(r["latency_ms"]), r["cost_model"], int(r["params"]), int(r["macs"]), note,
-            _number(r.get("epochs", "")), {d: float(r[f"{d}_ms"]) for d in devices if r.get(f"{d}_ms", "") != ""}))
+            _number(r.get("epochs", "")), {d: float(r[f"{d}_ms"]) for d in devices if r.get(f"{d}_ms", "") != ""},
+            r.get("scores_from", "")))
     return out

@@ -33,7 +33,9 @@ class ElasticConv2d(nn.Module):
 
     Args:
         in_channels / out_channels / kernel_size: the largest shape; weights have this size.
-        stride: fixed stride. Padding is always `kernel_size // 2` of the active kernel ("same" for odd kernels).
+        stride: the default stride (a forward call or an export may give another: a conv shared by blocks that
+            place their stride differently). Padding is always `kernel_size // 2` of the active kernel ("same" for
+            odd kernels).
         depthwise: one filter per channel (groups = active channels); out_channels must equal in_channels.
         bias: add a bias (sliced like the output channels).
     """
@@ -58,18 +60,20 @@ class ElasticConv2d(nn.Module):
             w = w[:, :in_channels]
         return centre_crop_kernel(w, kernel_size) if kernel_size != self.max_kernel else w
 
-    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None):
+    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None,
+                stride: int | None = None):
         in_channels = x.shape[1]
         out_channels = in_channels if self.depthwise else (out_channels or self.out_channels)
         kernel_size = kernel_size or self.max_kernel
         weight = self.active_weight(in_channels, out_channels, kernel_size)
         bias = self.bias[:out_channels] if self.bias is not None else None
-        return F.conv2d(x, weight, bias, self.stride, kernel_size // 2, 1, in_channels if self.depthwise else 1)
+        return F.conv2d(x, weight, bias, stride or self.stride, kernel_size // 2, 1,
+                        in_channels if self.depthwise else 1)
 
     @torch.no_grad()
-    def export(self, in_channels: int, out_channels: int, kernel_size: int) -> nn.Conv2d:
+    def export(self, in_channels: int, out_channels: int, kernel_size: int, stride: int | None = None) -> nn.Conv2d:
         out_channels = in_channels if self.depthwise else out_channels
-        conv = nn.Conv2d(in_channels, out_channels, kernel_size, self.stride, kernel_size // 2,
+        conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride or self.stride, kernel_size // 2,
                          groups=in_channels if self.depthwise else 1, bias=self.bias is not None)
         conv.weight.copy_(self.active_weight(in_channels, out_channels, kernel_size))
         if self.bias is not None:

@@ -16,10 +16,12 @@ widths:
   MobileNetV4's early stages);
 
 its kernel and its expansion ratio (of the block's input width); per stage its depth and its output width (a
-multiple of 16); and the stem's and the head's widths. Weights are shared as OFA shares them: every block position
-holds one module per block type, on the largest widths of its input, expansion and output, and an arch runs the
-leading channels of each (channel slicing) and the centre of each kernel. A block adds its input when it keeps
-stride and width.
+multiple of 16); and the stem's and the head's widths. Weights are shared across block types as MobileNetV4's
+universal inverted bottleneck shares them (every type is one block with two optional depthwise convs around one
+expansion and one projection: `ElasticUIB`), and across widths and kernels as OFA shares them: every block position
+holds one such block on the largest widths of its input, expansion and output, and an arch runs the leading channels
+of each conv (channel slicing) and the centre of each kernel. A block adds its input when it keeps stride and
+width.
 
 An arch: {"stem": width, "depth": [d per stage], "width": [w per stage], "block": [[type per active block] per
 stage], "kernel": [[k ...] ...], "expand": [[e ...] ...], "head": width}.
@@ -32,6 +34,7 @@ from typing import Any, Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from hw_cost import Block
 
@@ -39,9 +42,10 @@ from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .base import ArchBox, ArchStage, numbers_text
 from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
+from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
 __all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
-           "HybridNet"]
+           "HybridNet", "ElasticUIB", "RelaxedHybrid"]
 
 #: the block types, from the cheapest to the costliest at equal widths (the order of their choice's values)
 BLOCK_TYPES = ("convnext", "ib", "extradw", "fused")
@@ -145,51 +149,70 @@ class _ElasticConvBn(nn.Module):
         self.bn = ElasticBatchNorm2d(out_channels)
         self.act = act_layer() if act_layer is not None else nn.Identity()
 
-    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None):
-        return self.act(self.bn(self.conv(x, out_channels=out_channels, kernel_size=kernel_size)))
+    def forward(self, x: torch.Tensor, out_channels: int | None = None, kernel_size: int | None = None,
+                stride: int | None = None):
+        return self.act(self.bn(self.conv(x, out_channels=out_channels, kernel_size=kernel_size, stride=stride)))
 
-    def export_into(self, target: ConvBnAct, in_channels: int, out_channels: int, kernel_size: int) -> None:
-        target[0] = self.conv.export(in_channels, out_channels, kernel_size)
+    def export_into(self, target: ConvBnAct, in_channels: int, out_channels: int, kernel_size: int,
+                    stride: int | None = None) -> None:
+        target[0] = self.conv.export(in_channels, out_channels, kernel_size, stride)
         target[1] = self.bn.export(in_channels if self.conv.depthwise else out_channels)
 
 
-class ElasticHybridBlock(nn.Module):
-    """One block type at one block position, on the largest widths the position can see; runs the active input
-    width (read from its input), expansion, output width and kernel."""
+class ElasticUIB(nn.Module):
+    """The block at one block position, for every block type of its stage: one universal inverted bottleneck
+    (MobileNetV4) whose types are masks over shared weights. An optional depthwise conv on the input (ConvNext-like
+    and ExtraDW), one expansion, an optional depthwise conv inside it (IB and ExtraDW), one projection: every type
+    trains the expansion and the projection, and each depthwise conv is shared by the two types that use it. The
+    expansion's weight is k x k when the stage has fused blocks: a fused block runs it whole, the other types its
+    centre tap as their 1x1 expansion (OFA's kernel sharing). Each piece holds the largest input, expanded and
+    output widths of the position and the largest kernel; an arch runs the leading channels and the centred kernel.
+    Where the stride goes depends on the type (as in `HybridBlock`), so the shared convs take it per call."""
 
-    def __init__(self, kind: str, max_in: int, max_out: int, *, stride: int, kernel_sizes, expand_ratios,
-                 act_layer: type[nn.Module], channel_divisor: int):
+    def __init__(self, kinds: tuple[str, ...], max_in: int, max_out: int, *, stride: int, kernel_sizes,
+                 expand_ratios, act_layer: type[nn.Module], channel_divisor: int):
         super().__init__()
-        start_dw, mid_dw, fused = _layout(kind)
-        self.kind, self.stride, self.divisor, self.act_layer = kind, stride, channel_divisor, act_layer
+        self.stride, self.divisor, self.act_layer = stride, channel_divisor, act_layer
         k = max(kernel_sizes)
         max_mid = expanded_width(max_in, max(expand_ratios), channel_divisor)
-        self.start = (_ElasticConvBn(max_in, max_in, k, stride=1 if mid_dw else stride, depthwise=True)
-                      if start_dw else None)
-        self.expand = _ElasticConvBn(max_in, max_mid, k if fused else 1, stride=stride if fused else 1,
+        layouts = [_layout(kind) for kind in kinds]
+        self.start = (_ElasticConvBn(max_in, max_in, k, depthwise=True)
+                      if any(start for start, _, _ in layouts) else None)
+        self.expand = _ElasticConvBn(max_in, max_mid, k if any(fused for *_, fused in layouts) else 1,
                                      act_layer=act_layer)
-        self.mid = (_ElasticConvBn(max_mid, max_mid, k, stride=stride, depthwise=True, act_layer=act_layer)
-                    if mid_dw else None)
+        self.mid = (_ElasticConvBn(max_mid, max_mid, k, depthwise=True, act_layer=act_layer)
+                    if any(mid for _, mid, _ in layouts) else None)
         self.project = _ElasticConvBn(max_mid, max_out, 1)
 
-    def forward(self, x: torch.Tensor, out_channels: int, kernel_size: int, expand_ratio: int) -> torch.Tensor:
+    def _strides(self, kind: str) -> tuple[int, int, int]:
+        """The strides of the input depthwise conv, the expansion and the inner depthwise conv of a type."""
+        _, mid_dw, fused = _layout(kind)
+        return (1 if mid_dw else self.stride), (self.stride if fused else 1), self.stride
+
+    def forward(self, x: torch.Tensor, kind: str, out_channels: int, kernel_size: int,
+                expand_ratio: int) -> torch.Tensor:
+        start_dw, mid_dw, fused = _layout(kind)
+        start_stride, expand_stride, mid_stride = self._strides(kind)
         mid = expanded_width(x.shape[1], expand_ratio, self.divisor)
-        h = self.start(x, kernel_size=kernel_size) if self.start is not None else x
-        h = self.expand(h, out_channels=mid, kernel_size=kernel_size if self.kind == "fused" else 1)
-        if self.mid is not None:
-            h = self.mid(h, kernel_size=kernel_size)
+        h = self.start(x, kernel_size=kernel_size, stride=start_stride) if start_dw else x
+        h = self.expand(h, out_channels=mid, kernel_size=kernel_size if fused else 1, stride=expand_stride)
+        if mid_dw:
+            h = self.mid(h, kernel_size=kernel_size, stride=mid_stride)
         h = self.project(h, out_channels=out_channels)
         return x + h if self.stride == 1 and x.shape[1] == out_channels else h
 
-    def extract(self, in_channels: int, out_channels: int, kernel_size: int, expand_ratio: int) -> HybridBlock:
+    def extract(self, kind: str, in_channels: int, out_channels: int, kernel_size: int,
+                expand_ratio: int) -> HybridBlock:
+        start_dw, mid_dw, fused = _layout(kind)
+        start_stride, expand_stride, mid_stride = self._strides(kind)
         mid = expanded_width(in_channels, expand_ratio, self.divisor)
-        block = HybridBlock(self.kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel_size,
+        block = HybridBlock(kind, in_channels, out_channels, mid_channels=mid, kernel_size=kernel_size,
                             stride=self.stride, act_layer=self.act_layer)
-        if self.start is not None:
-            self.start.export_into(block.start, in_channels, in_channels, kernel_size)
-        self.expand.export_into(block.expand, in_channels, mid, kernel_size if self.kind == "fused" else 1)
-        if self.mid is not None:
-            self.mid.export_into(block.mid, mid, mid, kernel_size)
+        if start_dw:
+            self.start.export_into(block.start, in_channels, in_channels, kernel_size, start_stride)
+        self.expand.export_into(block.expand, in_channels, mid, kernel_size if fused else 1, expand_stride)
+        if mid_dw:
+            self.mid.export_into(block.mid, mid, mid, kernel_size, mid_stride)
         self.project.export_into(block.project, mid, out_channels, 1)
         return block.train(self.training)
 
@@ -225,15 +248,12 @@ class HybridSupernet(Supernet):
         self.stages = nn.ModuleList()
         max_in = max(cfg.stem_widths)
         for stage, expands in zip(cfg.stages, space.stage_expands):
-            positions = nn.ModuleList()
-            for b in range(max(stage.depths)):
-                positions.append(nn.ModuleDict({
-                    kind: ElasticHybridBlock(kind, max_in if b == 0 else max(stage.widths), max(stage.widths),
-                                             stride=stage.stride if b == 0 else 1, kernel_sizes=space.kernels,
-                                             expand_ratios=expands, act_layer=act,
-                                             channel_divisor=cfg.channel_divisor)
-                    for kind in space.stage_types[len(self.stages)]}))
-            self.stages.append(positions)
+            kinds = space.stage_types[len(self.stages)]
+            self.stages.append(nn.ModuleList(
+                ElasticUIB(kinds, max_in if b == 0 else max(stage.widths), max(stage.widths),
+                           stride=stage.stride if b == 0 else 1, kernel_sizes=space.kernels, expand_ratios=expands,
+                           act_layer=act, channel_divisor=cfg.channel_divisor)
+                for b in range(max(stage.depths))))
             max_in = max(stage.widths)
         self.head = ElasticHybridHead(max_in, max(cfg.head_widths), space.num_outputs, dropout=cfg.dropout,
                                       act_layer=act)
@@ -244,18 +264,19 @@ class HybridSupernet(Supernet):
         self.arch = self.space.validate(arch)
 
     def _active_blocks(self):
-        """(block module, its input width, output width, kernel, expansion) of each block of the active arch."""
+        """(block position, block type, its input width, output width, kernel, expansion) of each block of the
+        active arch."""
         arch, c = self.arch, self.arch["stem"]
         for s, positions in enumerate(self.stages):
             for b in range(arch["depth"][s]):
                 out = arch["width"][s]
-                yield positions[b][arch["block"][s][b]], c, out, arch["kernel"][s][b], arch["expand"][s][b]
+                yield positions[b], arch["block"][s][b], c, out, arch["kernel"][s][b], arch["expand"][s][b]
                 c = out
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x, out_channels=self.arch["stem"])
-        for block, _, out, k, e in self._active_blocks():
-            x = block(x, out, k, e)
+        for block, kind, _, out, k, e in self._active_blocks():
+            x = block(x, kind, out, k, e)
         return self.head(x, self.arch["head"])
 
     def extract(self, arch: dict) -> HybridNet:
@@ -263,15 +284,154 @@ class HybridSupernet(Supernet):
         stem = ConvBnAct(self.space.input_shape[0], self.arch["stem"], 3, stride=self.space.config.stem_stride,
                          act_layer=self.space.act_layer)
         self.stem.export_into(stem, self.space.input_shape[0], self.arch["stem"], 3)
-        blocks = [block.extract(c, out, k, e) for block, c, out, k, e in self._active_blocks()]
+        blocks = [block.extract(kind, c, out, k, e) for block, kind, c, out, k, e in self._active_blocks()]
         last = self.arch["width"][-1]
         return HybridNet(stem, blocks, self.head.extract(last, self.arch["head"])).train(self.training)
+
+
+# ------------------------------------------------------------------------------------------ the supernet under gates
+class RelaxedHybrid(RelaxedSupernet):
+    """The hybrid space under gates: every conv of the supernet at its largest shape, its output masked.
+
+    * widths and expansions (FBNetV2 channel search: Wan et al., CVPR 2020, https://arxiv.org/abs/2004.05565):
+      each conv's output, after batch norm and activation, is multiplied by the gate-weighted sum of prefix masks
+      (channel c is kept by every value whose width exceeds c). A block's expanded width depends on its input width
+      (the previous stage's, or the stem's, for a stage's first block) and its expansion, so its mask is the sum
+      over both choices of the product of their gates times the prefix mask of that expanded width;
+    * kernel (Single-Path NAS: Stamoulis et al., 2019, https://arxiv.org/abs/1904.02877): each k x k conv of a block
+      (its depthwise convs, a fused block's expansion) runs its largest kernel multiplied by the gate-weighted sum
+      of centred k x k masks; the other types' 1x1 expansion is its centre tap, as in `ElasticUIB`;
+    * block type: each type of the stage runs its own path through the position's one `ElasticUIB` up to the
+      expanded features (types whose paths begin alike, ConvNext-like and ExtraDW at stride 1, compute that part
+      once), and the shared projection takes the gate-weighted sum of those features: one projection for all the
+      types (in eval mode, where its batch norm is affine, that is the gate-weighted sum of the types' outputs);
+    * shortcut: a stride-1 stage's first block adds its input weighted by the probability that its input and
+      output widths are equal (later blocks always add it);
+    * depth: a stage's output is the gate-weighted sum of its outputs after each searched depth (FBNetV2).
+
+    One-hot gates compute the supernet's arch exactly; in train mode only the head's dropout draws differ (its
+    mask is drawn over the largest head width: the same distribution on the active features).
+
+    The interface differentiable search runs it through: `search_spaces.relaxed.RelaxedSupernet`.
+    """
+
+    def __init__(self, space: "HybridSpace", supernet: HybridSupernet):
+        super().__init__(space, supernet)
+        self.depths = self.stage_depths()
+        values = {c.label: c.values for c in space.choices}
+        self.register_buffer("kernel_masks", centred_kernel_masks(space.kernels), persistent=False)
+        self.register_buffer("stem_masks", prefix_masks(values["stem"], supernet.stem.conv.out_channels),
+                             persistent=False)
+        self.register_buffer("head_masks", prefix_masks(values["head"], supernet.head.conv.conv.out_channels),
+                             persistent=False)
+        inputs = values["stem"]
+        for s, positions in enumerate(supernet.stages):
+            widths, expands = values[f"s{s}.width"], space.stage_expands[s]
+            self.register_buffer(f"out_masks_{s}", prefix_masks(widths, max(widths)), persistent=False)
+            if positions[0].stride == 1:
+                same = torch.tensor([[float(i == o) for o in widths] for i in inputs])
+                self.register_buffer(f"same_width_{s}", same, persistent=False)
+            for b, block in enumerate(positions):
+                block_inputs = inputs if b == 0 else widths
+                mids = [expanded_width(c, e, space.config.channel_divisor) for c in block_inputs for e in expands]
+                max_mid = block.expand.conv.out_channels
+                self.register_buffer(f"mid_masks_{s}_{b}", prefix_masks(mids, max_mid).view(
+                    len(block_inputs), len(expands), max_mid), persistent=False)
+            inputs = widths
+
+    @staticmethod
+    def _conv_bn(piece: _ElasticConvBn, h: torch.Tensor, weight: torch.Tensor, stride: int,
+                 mask: torch.Tensor) -> torch.Tensor:
+        """`piece` at full width with `weight` (its own, masked or cropped), its output times the channel mask."""
+        conv = piece.conv
+        h = F.conv2d(h, weight, conv.bias, stride, weight.shape[-1] // 2, 1, conv.out_channels if conv.depthwise else 1)
+        return piece.act(piece.bn(h)) * mask
+
+    def _block(self, block: ElasticUIB, kinds: tuple[str, ...], x: torch.Tensor, type_gate: torch.Tensor,
+               kernel_mask: torch.Tensor, in_mask: torch.Tensor, mid_mask: torch.Tensor, out_mask: torch.Tensor,
+               shortcut) -> torch.Tensor:
+        """One block position: every type's expanded features, mixed by `type_gate`, projected; `shortcut` weighs
+        the input added (None: none)."""
+        expand = block.expand.conv.weight
+        centre = expand.shape[-1] // 2
+        weights = {"start": block.start.conv.weight * kernel_mask if block.start is not None else None,
+                   "pointwise": expand[..., centre:centre + 1, centre:centre + 1],
+                   "fused": expand * kernel_mask if "fused" in kinds else None,
+                   "mid": block.mid.conv.weight * kernel_mask if block.mid is not None else None}
+        computed: dict[tuple, torch.Tensor] = {}  # a path's beginning -> its output (shared by the types it begins)
+        mixed = 0
+        for gate, kind in zip(type_gate, kinds):
+            start_dw, mid_dw, fused = _layout(kind)
+            start_stride, expand_stride, mid_stride = block._strides(kind)
+            steps = (([("start", block.start, start_stride, in_mask)] if start_dw else [])
+                     + [("fused" if fused else "pointwise", block.expand, expand_stride, mid_mask)]
+                     + ([("mid", block.mid, mid_stride, mid_mask)] if mid_dw else []))
+            h, path = x, ()
+            for name, piece, stride, mask in steps:
+                path += ((name, stride),)
+                if path not in computed:
+                    computed[path] = self._conv_bn(piece, h, weights[name], stride, mask)
+                h = computed[path]
+            mixed = mixed + gate * h
+        h = self._conv_bn(block.project, mixed, block.project.conv.weight, 1, out_mask)
+        if shortcut is None:
+            return h
+        # the input on the output's channels: the shortcut only runs when the widths are equal
+        channels = h.shape[1]
+        x = x[:, :channels] if x.shape[1] >= channels else F.pad(x, [0, 0, 0, 0, 0, channels - x.shape[1]])
+        return h + shortcut * x
+
+    def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
+        net, space = self.supernet, self.space
+        in_gate = gates["stem"]
+        in_mask = (in_gate @ self.stem_masks).view(1, -1, 1, 1)
+        x = self._conv_bn(net.stem, x, net.stem.conv.weight, net.stem.conv.stride, in_mask)
+        for s, (positions, depths) in enumerate(zip(net.stages, self.depths)):
+            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+            out_mask = (width_gate @ getattr(self, f"out_masks_{s}")).view(1, -1, 1, 1)
+            for b, block in enumerate(positions):
+                block_gate, block_mask = (in_gate, in_mask) if b == 0 else (width_gate, out_mask)
+                mid_mask = torch.einsum("w,e,wec->c", block_gate, gates[f"s{s}.b{b}.expand"],
+                                        getattr(self, f"mid_masks_{s}_{b}")).view(1, -1, 1, 1)
+                kernel_mask = torch.einsum("k,kij->ij", gates[f"s{s}.b{b}.kernel"], self.kernel_masks)
+                if block.stride != 1:
+                    shortcut = None
+                elif b == 0:  # the probability that the input and output widths are equal
+                    shortcut = in_gate @ getattr(self, f"same_width_{s}") @ width_gate
+                else:
+                    shortcut = 1.0
+                x = self._block(block, space.stage_types[s], x, gates[f"s{s}.b{b}.block"], kernel_mask, block_mask,
+                                mid_mask, out_mask, shortcut)
+                if b + 1 in depths:
+                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
+            x, in_gate, in_mask = mixed, width_gate, out_mask
+        head = net.head
+        head_mask = (gates["head"] @ self.head_masks).view(1, -1, 1, 1)
+        h = self._conv_bn(head.conv, x, head.conv.conv.weight, 1, head_mask)
+        return head.classifier(head.dropout(h.mean((2, 3))))
+
+    def cost_terms(self) -> list[CostTerm]:
+        """The stem by its width; each block by its type, kernel, expansion, output width, input width (a
+        stage's first block: the previous stage's or the stem's) and whether the stage's depth runs it; the head
+        by its width and the last stage's."""
+        terms, position, inputs = [self.block_term(0, ("stem",))], 1, "stem"
+        for s, positions in enumerate(self.supernet.stages):
+            width = f"s{s}.width"
+            for b in range(len(positions)):
+                labels = (f"s{s}.b{b}.block", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand", width)
+                terms.append(self.block_term(position, labels + ((inputs,) if b == 0 else ()),
+                                             depth=(f"s{s}.depth", b)))
+                position += 1
+            inputs = width
+        return terms + [self.block_term(-1, (inputs, "head"))]
 
 
 # ------------------------------------------------------------------------------------------ the space
 @register_space("hybrid", HybridSpaceConfig)
 class HybridSpace(SearchSpace):
     """NPU-native hybrid space (see the module docstring). Config: `HybridSpaceConfig`."""
+
+    relaxed_class = RelaxedHybrid
 
     def __init__(self, config: HybridSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)

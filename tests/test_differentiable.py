@@ -33,6 +33,9 @@ FAMILIES = {
                                                      "space.upsamplers=[subpixel, edsr]",
                                                      "space.block_types=[plain, res]"], (3, 16, 24), 3,
              (2, 3, 12, 12), [VPUNN]),
+    # no dropout: the relaxed head draws its dropout mask over the largest head width (other draws, the same
+    # distribution), so train mode matches the supernet's outputs only without it
+    "hybrid": (str(CONFIGS / "fmnist_npu_smoke.yaml"), ["space.dropout=0"], (1, 28, 28), 10, (4, 1, 28, 28), [VPUNN]),
 }
 COSTED = [(family, spec) for family, entry in FAMILIES.items() for spec in entry[-1]]
 #: choices that change no cost block (EDSR's residual scaling is folded into a conv's weights)
@@ -80,20 +83,16 @@ def kind(label: str) -> str:
     return label.rsplit(".", 1)[-1]
 
 
-#: families the differentiable strategy has no relaxation for yet (evolution and random sampling search them)
-UNRELAXED = {"hybrid"}
-
-
-def test_every_family_has_a_relaxation_or_is_refused_in_one_line():
+def test_every_family_has_a_relaxation_and_one_without_is_refused_in_one_line(spaces):
     from nas.errors import ConfigError
     from search_spaces import SPACES
 
-    assert set(SPACES) - UNRELAXED <= set(FAMILIES) and set(FAMILIES) <= set(relaxed_families())
-    assert not UNRELAXED & set(relaxed_families())  # a family that gains one moves into FAMILIES and its tests
-    hybrid = build_space(load_config(CONFIGS / "fmnist_npu_smoke.yaml").space, input_shape=(1, 28, 28),
-                         num_outputs=10)
-    with pytest.raises(ConfigError, match="no relaxation for space 'hybrid'"):
-        build_relaxed(hybrid)
+    assert set(SPACES) == set(FAMILIES) == set(relaxed_families())  # and every family is in the tests here
+    unrelaxed = type("UnrelaxedSpace", (type(spaces["mobilenet"]),), {"family": "unrelaxed", "relaxed_class": None})
+    space = unrelaxed(spaces["mobilenet"].config, input_shape=(1, 28, 28), num_outputs=10)
+    with pytest.raises(ConfigError, match="no relaxation for space 'unrelaxed'; valid: edsr, hybrid, mobilenet, "
+                                          "resnet$"):
+        build_relaxed(space)
 
 
 @pytest.mark.parametrize("family, spec", COSTED)
@@ -125,6 +124,24 @@ def test_one_hot_gates_run_exactly_the_supernet_arch(spaces, family, mode):
         relaxed.supernet.set_active(arch)
         torch.manual_seed(1)
         torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
+
+
+def test_one_hot_gates_run_every_hybrid_block_type_exactly(spaces):
+    """Each block type at every position that searches it, at the largest and the smallest widths: the types
+    whose paths share a beginning (ConvNext-like and ExtraDW at stride 1) and those that stride elsewhere."""
+    space = spaces["hybrid"]
+    torch.manual_seed(0)
+    relaxed = build_relaxed(space).train()
+    arch_params = ArchParameters(space.choices)
+    x = torch.randn(*FAMILIES["hybrid"][4])
+    for kind in ("convnext", "ib", "extradw", "fused"):
+        for base in (space.largest(), space.smallest()):
+            block = [[kind if kind in types else own for own in stage]
+                     for stage, types in zip(base["block"], space.stage_types)]
+            arch = space.validate(dict(base, block=block))
+            out = relaxed(x, arch_params.one_hot(space.assignment_from_arch(arch)))
+            relaxed.supernet.set_active(arch)
+            torch.testing.assert_close(out, relaxed.supernet(x), rtol=1e-5, atol=1e-5)
 
 
 def test_one_hot_gates_run_a_ratio_1_block_exactly():
@@ -367,3 +384,28 @@ def test_the_strategy_state_is_the_search_state(tiny_run, tmp_path):
     assert second.trainer.global_step == 7
     for name, logits in first.trainer.arch.state_dict().items():
         assert torch.equal(logits, second.trainer.arch.state_dict()[name]), name
+
+
+def test_differentiable_search_of_the_hybrid_space_end_to_end(tmp_path):
+    """configs/fmnist_npu_dnas_smoke.yaml through `vpunas search`: the relaxed hybrid supernet searched under a
+    latency target, one candidates.csv row per search epoch, the derived arch finalised and drawn in the report."""
+    run = RunDir(tmp_path / "run")
+    assert main(["search", str(CONFIGS / "fmnist_npu_dnas_smoke.yaml"), "--out", str(run.path), "--no-progress"]) == 0
+    rows = read_csv(run.candidates)
+    assert [int(r["generation"]) for r in rows] == [1, 2]
+    assert all(float(r["expected_latency_ms"]) > 0 and r["cost_model"] == "vpunn:VPU_2_7" for r in rows)
+    trajectory = torch.load(run.supernet_checkpoint, weights_only=True)["trajectory"]
+    assert [json.loads(r["arch"]) for r in rows] == [entry["arch"] for entry in trajectory]
+    derived = rows[-1]  # it alone is finalised (an earlier epoch's row shows it too when it is that arch)
+    assert all((r["final_top1"] != "") == (r["arch"] == derived["arch"]) for r in rows)
+    assert float(derived["final_top1"]) > 20  # it learned (10 classes: chance is 10%)
+    page = run.report_html.read_text()
+    assert "Pareto front" in page and '<svg class="arch"' in page
+
+
+def test_the_hybrid_dnas_config_searches_the_hybrid_configs_space():
+    """configs/fmnist_npu_dnas.yaml holds a copy of fmnist_npu.yaml's space (its other sections start from the
+    default config's: fmnist_npu.yaml's sandwich settings would be refused)."""
+    config = load_config(CONFIGS / "fmnist_npu_dnas.yaml")
+    assert config.search.strategy == "differentiable"
+    assert config.space == load_config(CONFIGS / "fmnist_npu.yaml").space

@@ -2,6 +2,7 @@
 import copy
 import json
 import shutil
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -16,8 +17,9 @@ from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.reporting.report import headline
 from nas.rundir import RunDir, read_csv
-from nas.training.finalize import (FinalizationPlan, FinalizeConfig, LockstepTrainer, budgeted_archs, budgeted_epochs,
-                                   feasible_records, planned_seconds, ranking_fidelity, select_spread)
+from nas.training.finalize import (FinalizationPlan, FinalizeConfig, LockstepTrainer, PlanTiming, Replanner,
+                                   budgeted_archs, budgeted_epochs, feasible_records, planned_seconds,
+                                   ranking_fidelity, select_spread)
 from nas.training.supernet_training import TrainConfig
 from search_spaces import arch_key
 
@@ -144,6 +146,7 @@ def test_planned_seconds():
     assert planned_seconds([300, 100], [0.1, 0.3], 0.35, 2) == pytest.approx(35 + 200 * 0.15)  # 0.05 s beyond work
     # four nets of 0.2 s share 2 threads: 0.4 s a step, 0.2 s once two of them have stopped
     assert planned_seconds([10, 10, 20, 20], [0.2] * 4, 0.4, 2) == pytest.approx(4 + 2)
+    assert planned_seconds([10, 10, 20, 20], [0.2] * 4, 0.4, 2, start=15) == pytest.approx(1)  # the last 5 steps
 
 
 def test_budgeted_epochs():
@@ -304,6 +307,56 @@ def test_shortened_schedule_is_kept_on_resume(tmp_path):
         assert torch.equal(a[1].weight, b[1].weight)
     with pytest.raises(RuntimeError, match="started"):
         resumed.continue_from(tmp_path / "short.pt")
+
+
+class _GetsBusy(nn.Module):
+    """Passes its input on, taking `seconds` a training forward, five times that from its `after`-th on: the
+    machine got busy with other work."""
+
+    def __init__(self, seconds: float, after: int):
+        super().__init__()
+        self.seconds, self.after, self.forwards = seconds, after, 0
+
+    def forward(self, x):
+        if self.training:
+            self.forwards += 1
+            time.sleep(self.seconds * (5 if self.forwards >= self.after else 1))
+        return x
+
+
+def test_training_slowed_mid_run_is_replanned_to_end_within_the_budget(tmp_path):
+    """Timed at its start, a 4-epoch training has half a second to spare; after 2 epochs its steps slow down
+    fivefold. The replanner shortens both schedules (never under the steps they trained), the training ends
+    before the deadline minus the scoring's share, the checkpoint holds the new schedules before they are recorded,
+    and a trainer resumed from it with the original plan keeps them."""
+    task, train = _Task(), TrainConfig(opt="adamw", lr=0.05, weight_decay=0.0, channels_last=False)
+    config = FinalizeConfig(epochs=4, kd_ratio=0.0)
+
+    def nets():
+        torch.manual_seed(0)
+        return [nn.Sequential(_GetsBusy(0.01, after=17), nn.Flatten(), nn.Linear(16, 2)) for _ in range(2)]
+
+    trainer = LockstepTrainer(nets(), None, task, train, config, 0, tmp_path / "f.pt", ["x", "y"])
+    assert trainer.net_steps == [32, 32]
+    step_seconds, net_seconds = trainer.time_steps(steps=4)  # on copies: their forwards do not count
+    timing = PlanTiming(step_seconds, net_seconds, trainer.threads.nets_at_once(), scoring_seconds=0.02,
+                        after_seconds=0.0)
+    ends_at = time.perf_counter() + timing.training_seconds(trainer.net_steps) + 0.5
+    records = []
+
+    def record(net_steps):
+        assert torch.load(tmp_path / "f.pt")["net_steps"] == net_steps  # checkpointed first
+        records.append((trainer.global_step, net_steps))
+
+    trainer.train(progress=False, replanner=Replanner(timing, ends_at, every=1, record=record))
+    ended = time.perf_counter()
+    assert ended < ends_at - 0.02  # the scoring's time is left
+    assert records and records[-1][1] == trainer.net_steps and trainer.global_step == max(trainer.net_steps) < 32
+    assert trainer.global_step > records[0][0]  # shortened, not stopped: it trained on as long as the time allowed
+    for (step, _), (_, shorter) in zip(records, records[1:] + [(None, trainer.net_steps)]):
+        assert all(step <= steps for steps in shorter)  # never under what they had trained
+    resumed = LockstepTrainer(nets(), None, task, train, config, 0, tmp_path / "f.pt", ["x", "y"])
+    assert resumed.net_steps == trainer.net_steps and resumed.done
 
 
 def test_each_net_trains_its_own_schedule(tmp_path):
@@ -493,17 +546,34 @@ def test_run_budget_with_time_to_spare_finalises_more_archs(smoke_run, tmp_path,
 
 def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
     """A copy of the finished run, its finalisation removed, resumed under a budget it has already spent: the
-    finalisation times its steps, trains half its epochs (the floor) and still scores every arch."""
+    finalisation times its steps and plans half its epochs (the plan's floor); its first step finds the run late,
+    so the re-planning stops the training there (recorded in the plan), and every arch is still scored. Resumed
+    after a kill that left the re-plan unrecorded, it records it and trains nothing again."""
     overrides = ["search.finalize.screen_archs=0", "search.finalize.run_budget_minutes=0.01",
                  "search.finalize.int8=false"]
     run = _unfinalised_copy(smoke_run, tmp_path / "run", overrides)
     with caplog.at_level("INFO", logger="nas.training.finalize"):
         assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
     assert "run budget 0.01 min" in caplog.text and "-> 0.5 epochs (configured: 1;" in caplog.text
-    assert torch.load(run.checkpoint_dir / "finalize.pt")["total_steps"] == 8  # half of the smoke's 16 steps
+    assert "late for the run budget at step 1: its nets end at steps [1, 1, 1] instead of [8, 8, 8]" in caplog.text
+    state = torch.load(run.checkpoint_dir / "finalize.pt")
+    assert state["global_step"] == state["total_steps"] == 1 and state["net_steps"] == [1] * 3
+    plan = FinalizationPlan.load(run.checkpoint_dir, epochs=1.0)
+    assert plan.epochs == [1 / 16] * 3 and plan.timing is not None and len(plan.timing.net_seconds) == 3
     final = [r for r in read_csv(run.candidates) if r["final_top1"] != ""]
     assert len(final) == 3 and all(0 < float(r["final_test_top1"]) <= 100 for r in final)
-    assert all(r["final_epochs"] == "0.5" for r in final)
+    assert all(r["final_epochs"] == "0.06" for r in final)
+    # killed after the re-plan's checkpoint, before its record and the scoring: the resumed run records the
+    # checkpoint's schedules and trains no step again
+    FinalizationPlan(plan.keys, [0.5] * 3, timing=plan.timing).save(run.checkpoint_dir)
+    (run.checkpoint_dir / "finalized.jsonl").unlink()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="nas.training.finalize"):
+        assert main(["search", SMOKE, *overrides, "--out", str(run.path), "--resume", "--no-progress"]) == 0
+    assert "late for the run budget" not in caplog.text and "finalised 3 archs" in caplog.text
+    assert torch.load(run.checkpoint_dir / "finalize.pt")["global_step"] == 1
+    assert FinalizationPlan.load(run.checkpoint_dir, epochs=1.0).epochs == [1 / 16] * 3
+    assert all(r["final_epochs"] == "0.06" for r in read_csv(run.candidates) if r["final_top1"] != "")
 
 
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():

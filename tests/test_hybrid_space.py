@@ -53,25 +53,70 @@ def test_widths_are_multiples_of_16_and_span_two_orders_of_magnitude():
     assert 0.5e6 < smallest < 2.5e6 and largest > 50 * smallest
 
 
-def test_each_block_type_keeps_weights_of_its_own_and_widths_share_them():
+def test_block_types_share_one_expansion_and_projection_and_widths_share_them():
+    """MobileNetV4's UIB: at a block position every type runs the one expansion and projection; the depthwise conv
+    on the input is ConvNext-like's and ExtraDW's, the inner one IB's and ExtraDW's; a fused block runs the whole
+    k x k expansion whose centre tap the other types use as their 1x1 expansion. Narrower archs run the leading
+    channels of the same weights."""
     space = _space()
     supernet = space.build_supernet().eval()
     arch = space.largest()
-    ib, extradw = (_with(arch, 2, block=kind) for kind in ("ib", "extradw"))
+    stage = 1  # its types: convnext, ib, extradw, fused
+    variants = {kind: _with(arch, stage, block=kind, kernel=3) for kind in BLOCK_TYPES}
     x = torch.randn(2, *INPUT)
-    supernet.set_active(ib)
-    before = supernet(x)
-    with torch.no_grad():  # a change to the ExtraDW modules leaves every IB arch as it was
-        for p in supernet.stages[2][0]["extradw"].parameters():
-            p.add_(1.0)
-    torch.testing.assert_close(supernet(x), before)
-    supernet.set_active(extradw)
-    assert not torch.allclose(supernet(x), before)
+
+    def outputs():
+        out = {}
+        for kind, variant in variants.items():
+            supernet.set_active(variant)
+            out[kind] = supernet(x)
+        return out
+
+    position = supernet.stages[stage][0]
+    touched = {"start": {"convnext", "extradw"}, "mid": {"ib", "extradw"}, "project": set(BLOCK_TYPES),
+               "expand": set(BLOCK_TYPES)}
+    for piece, users in touched.items():
+        before = outputs()
+        with torch.no_grad():
+            getattr(position, piece).conv.weight.mul_(-1.5)
+        after = outputs()
+        changed = {kind for kind in BLOCK_TYPES if not torch.equal(after[kind], before[kind])}
+        assert changed == users, piece
+    # the expansion's ring around its centre tap is the fused block's alone
+    before = outputs()
+    with torch.no_grad():
+        weight = position.expand.conv.weight
+        centre = weight[..., 2:3, 2:3].clone()
+        weight.add_(0.5)
+        weight[..., 2:3, 2:3] = centre
+    after = outputs()
+    assert {kind for kind in BLOCK_TYPES if not torch.equal(after[kind], before[kind])} == {"fused"}
+    ib = variants["ib"]
     narrow = dict(ib, width=[space.config.stages[s].widths[0] for s in range(len(ib["width"]))])
     wide_block = supernet.extract(ib).blocks[0]
     narrow_block = supernet.extract(narrow).blocks[0]
     out = narrow_block.project[0].weight.shape[0]
     torch.testing.assert_close(narrow_block.project[0].weight, wide_block.project[0].weight[:out, :])
+
+
+def test_every_block_type_runs_as_its_extracted_block():
+    """The supernet's output for an arch of each block type (strides placed by the type) is the extracted
+    network's, in training mode (batch statistics) and in eval mode."""
+    space = _space()
+    supernet = space.build_supernet()
+    rng = np.random.default_rng(3)
+    x = torch.randn(4, *INPUT)
+    for kind in BLOCK_TYPES:
+        arch = _with(space.sample(rng), 1, block=kind)
+        supernet.set_active(arch)
+        for training in (True, False):
+            supernet.train(training)
+            net = supernet.extract(arch).train(training)
+            supernet.set_active(arch)
+            torch.manual_seed(0)  # the same dropout mask
+            expected = net(x)
+            torch.manual_seed(0)
+            torch.testing.assert_close(supernet(x), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_every_block_type_is_costed_on_the_four_npu_generations():

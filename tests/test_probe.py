@@ -40,6 +40,19 @@ def test_probe_archs_span_the_space_from_smallest_to_largest(space):
     assert archs == probe_archs(space, macs, 9, seed=0) != probe_archs(space, macs, 9, seed=1)
 
 
+def test_probe_archs_within_a_limit_spread_over_the_search_window(space):
+    from nas.training.evaluation import complexity
+
+    macs = lambda arch: float(complexity(space.blocks(arch))[1])  # noqa: E731
+    limit = (macs(space.smallest()) + macs(space.largest())) / 3
+    archs = probe_archs(space, macs, 9, seed=0, limit_ms=limit)
+    costs = [macs(a) for a in archs]
+    assert len({arch_key(a) for a in archs}) == 9 and archs[0] == space.smallest()
+    assert max(costs) <= limit and costs == sorted(costs)
+    thirds = np.digitize(costs, np.linspace(costs[0], limit, 4)[1:-1])
+    assert set(thirds) == {0, 1, 2}
+
+
 def test_ranking_stats_and_their_intervals():
     rng = np.random.default_rng(0)
     truth = rng.normal(size=40)

@@ -1,9 +1,10 @@
-"""The candidate record: its journal line and its candidates.csv row read back as they were written."""
+"""The candidate and baseline records: their journal lines and their csv rows read back as they were written."""
 from dataclasses import replace
 
 import pytest
 
-from nas.records import Candidate, FinalScores, read_candidates, write_candidates
+from nas.records import (BaselineResult, Candidate, FinalScores, read_baseline_results, read_candidates,
+                         write_baseline_results, write_candidates)
 from nas.errors import RunDirError
 from search_spaces import arch_key
 
@@ -58,3 +59,22 @@ def test_a_csv_without_a_metric_column_is_refused(tmp_path):
     path.write_text("id,arch\n0,{}\n")
     with pytest.raises(RunDirError, match="neither a top1 nor a psnr column"):
         read_candidates(path)
+
+
+def test_baselines_csv_and_journal_keep_where_measured_figures_come_from(tmp_path):
+    """A zoo network measured elsewhere (no val figure, `scores_from` set) beside one trained in the run: the
+    csv gains a scores_from column, blank for the trained one; both read back, and round-trip their journal lines.
+    Without a measured baseline the column is not written."""
+    trained = BaselineResult("mnv2", "zoo", {"network": "zoo-mnv2"}, "top1", 88.5, {"top1": 88.0}, 0.25,
+                             "vpunn:VPU_2_7", params=10, macs=20, note="trained from scratch", epochs=6.5,
+                             device_ms={"VPU_2_7": 0.25})
+    measured = replace(trained, name="mnv3", score=None, test={"top1": 93.22}, note="figures measured elsewhere",
+                       scores_from="measured on 1x NVIDIA H200, 2026-12-04 (epochs 6.5)")
+    write_baseline_results(tmp_path / "baselines.csv", [trained, measured], "top1", ["VPU_2_7"])
+    header, _, second = (tmp_path / "baselines.csv").read_text().splitlines()
+    assert header.endswith(",epochs,note,scores_from,arch") and second.startswith("mnv3,zoo,,93.22,")
+    assert read_baseline_results(tmp_path / "baselines.csv") == [trained, measured]
+    for result in (trained, measured):
+        assert BaselineResult.from_journal(result.journal_entry(), "top1") == result
+    write_baseline_results(tmp_path / "plain.csv", [trained], "top1", ["VPU_2_7"])
+    assert "scores_from" not in (tmp_path / "plain.csv").read_text()

@@ -104,6 +104,14 @@ def test_zoo_errors_name_the_field(model, source, kwargs, message):
     ({"model": "resnet18", "kwargs": {"bogus": 1}}, r"baselines\[z\]\.kwargs: timm cannot build resnet18 .*bogus"),
     ({}, r"baselines\[z\]\.model: a zoo baseline names its model"),
     ({"model": "resnet18", "width": 2}, r"baselines\[z\]: unknown keys \['width'\]"),
+    ({"model": "resnet18", "measured": {"test": 90.0, "machine": "a GPU box", "date": "2026-12-04",
+                                        "recipe": {"epochs": 0.5}}},
+     r"baselines\[z\]\.measured\.recipe: missing batch_size, opt, lr, weight_decay, seed"),
+    ({"model": "resnet18", "measured": {"test": 90.0, "machine": "a GPU box", "date": "2026-12-04",
+                                        "recipe": {"epochs": 0.5, "batch_size": 32, "opt": "adamw", "lr": 0.003,
+                                                   "weight_decay": 0.05, "seed": 0}}},
+     r"baselines\[z\]\.measured\.recipe\.opt: the figures were measured at 'adamw', this run's recipe has 'sgd'; "
+     "a figure is used only at the run's recipe"),
 ])
 def test_a_bad_zoo_entry_is_one_line_and_exit_2_before_training(entry, message, tmp_path, capsys):
     spec = json.dumps([{"name": "z", "type": "zoo", **entry}])
@@ -198,6 +206,58 @@ def test_the_report_compares_the_zoo_per_npu_generation(zoo_runs):
     assert "trained baselines 0.5 epochs from scratch" in page
     log = first.log.read_text()
     assert "finalised archs against the trained baselines, per NPU generation" in log and "| mnv3 | NPU_5_0 |" in log
+
+
+def _measured(config, **changes) -> dict:
+    """A `measured:` mapping of the zoo's figures at `config`'s recipe for its zoo baselines (`changes` over it)."""
+    recipe = {"epochs": matched_epochs(config)[0], "batch_size": config.task.batch_size, "opt": config.train.opt,
+              "lr": config.train.lr, "weight_decay": config.train.weight_decay, "seed": config.seed}
+    return {"test": 88.5, "val": 87.25, "machine": "1x NVIDIA H200 (a user's box)", "date": "2026-12-04",
+            "recipe": {**recipe, **changes}}
+
+
+def test_figures_measured_at_another_recipe_are_refused_at_config_load():
+    config = load_config(SMOKE, TINY)
+    measured = _measured(config, lr=config.train.lr * 2, warmup_epochs=config.train.warmup_epochs)
+    entry = "baselines=" + json.dumps([{"name": "mnv3", "type": "zoo", "model": "mobilenetv3_small_050",
+                                        "measured": measured}])
+    with pytest.raises(ConfigError, match=rf"^baselines\[mnv3\]\.measured\.recipe\.lr: the figures were measured at "
+                                          rf"{config.train.lr * 2}, this run's recipe has {config.train.lr}; "):
+        load_config(SMOKE, [*TINY, entry])
+    for changes, message in [({"bogus": 1}, r"recipe\.bogus: not a setting of the run's recipe"),
+                             ({"label_smoothing": 0.3}, r"recipe\.label_smoothing: the figures were measured at 0\.3"),
+                             ({"seed": 7}, r"recipe\.seed: the figures were measured at 7, this run's recipe has 0")]:
+        entry = "baselines=" + json.dumps([{"name": "z", "type": "zoo", "model": "resnet18",
+                                            "measured": _measured(config, **changes)}])
+        with pytest.raises(ConfigError, match=message):
+            load_config(SMOKE, [*TINY, entry])
+    train_steps = "baselines=" + json.dumps([{"name": "z", "type": "zoo", "model": "resnet18", "train_steps": 5,
+                                              "measured": _measured(config)}])
+    with pytest.raises(ConfigError, match=r"baselines\[z\]\.train_steps: a measured network trains nothing here"):
+        load_config(SMOKE, [*TINY, train_steps])
+    assert load_config(CONFIGS / "fmnist_zoo_measured.yaml").baselines[2].measured["test"] == 93.22
+
+
+def test_a_zoo_network_measured_elsewhere_is_costed_not_trained(tmp_path, monkeypatch):
+    """A tiny run with a zoo entry measured elsewhere at its recipe: nothing trains it (no checkpoint, nothing
+    cached), baselines.csv holds its figures, its latency on every NPU generation and where the figures come from,
+    and the report's headline and baseline table say so."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    measured = _measured(load_config(SMOKE, TINY))
+    entry = "baselines=" + json.dumps([{"name": "mnv3", "type": "zoo", "model": "mobilenetv3_small_050",
+                                        "measured": measured}])
+    assert main(["search", SMOKE, *TINY, entry, "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    run = RunDir(tmp_path / "run")
+    [row] = read_csv(run.baselines)
+    assert (row["type"], row["top1"], row["test_top1"], float(row["epochs"])) == ("zoo", "87.25", "88.5", 0.5)
+    assert all(float(row[f"{d}_ms"]) > 0 for d in ("VPU_2_0", "VPU_2_7", "VPU_4_0", "NPU_5_0"))
+    provenance = (f"measured on 1x NVIDIA H200 (a user's box), 2026-12-04 (epochs 0.5, batch_size 32, opt "
+                  f"{measured['recipe']['opt']}, lr {measured['recipe']['lr']}")
+    assert row["scores_from"].startswith(provenance) and "not trained in this run" in row["note"]
+    assert not list(run.checkpoint_dir.glob("baseline_*.pt")) and not (tmp_path / "cache").exists()
+    page = run.report_html.read_text()
+    assert f"<i>(figures {provenance}".replace("'", "&#x27;") in page  # the headline's line for it
+    assert '<th title="sort">scores_from</th>' in page and "(mnv3: figures measured elsewhere, see scores_from)" in page
 
 
 def test_zoo_check_needs_a_task_it_fits(tmp_path):

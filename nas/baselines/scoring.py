@@ -17,6 +17,9 @@ A baseline is a config entry `{name, type, ...}`, read into a typed entry when t
 * `zoo`: a published network by name, `model:` any timm or torchvision model (`source: timm | torchvision`, default
   whichever knows the name, timm first) with its keyword arguments (`kwargs:`), or for super-resolution `fsrcnn` /
   `espcn`; adapted to the task's input as `nas.baselines.zoo` says and trained from scratch exactly as `standalone` is.
+  With `measured:` (its test and val figures measured on another machine at the run's recipe, where and when:
+  `nas.baseline_entries.ZooBaseline`) it is not trained: the figures are taken, the network built and costed, and
+  baselines.csv's `scores_from` says where the figures come from.
 
 Trained baselines (`standalone`, `reference`, `zoo`) train with the run's recipe (`train` section: optimizer,
 batch, augmentation, schedule shape) for as long as the longest-trained arch the run hands over (`matched_epochs`:
@@ -157,6 +160,22 @@ def _cached(ctx: SearchContext, evaluator: ArchEvaluator,
                           round(entry.recipe.epochs, 3)), [block]
 
 
+def _zoo(ctx: SearchContext, evaluator: ArchEvaluator, baseline: ZooBaseline) -> tuple[BaselineResult, list[Block]]:
+    """A zoo network trained for the run (or from the cache), or with the figures its entry says were measured
+    elsewhere at the run's recipe (`measured`): then it is only built and costed, and `scores_from` says where the
+    figures come from."""
+    if baseline.measured is None:
+        return _cached(ctx, evaluator, baseline)
+    parts, metric = zoo_parts(ctx, baseline), ctx.task.metric
+    params, macs = complexity([parts.block])
+    return BaselineResult(baseline.name, baseline.type, parts.identity, metric, baseline.measured.get("val"),
+                          {metric: baseline.measured["test"]}, round(ctx.cost_model.latency_ms([parts.block]), 6),
+                          ctx.cost_model.name, params, macs,
+                          f"{parts.note}, figures measured elsewhere (not trained in this run)",
+                          round(float(baseline.measured["recipe"]["epochs"]), 3),
+                          scores_from=baseline.provenance), [parts.block]
+
+
 def _check_bicubic(ctx: SearchContext, baseline: BicubicBaseline) -> None:
     if ctx.task.scale is None:
         raise ConfigError(f"{baseline.where}: type bicubic needs a super-resolution task")
@@ -182,7 +201,7 @@ BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_c
                                                         StandaloneBaseline.type: (_check_standalone, _standalone),
                                                         BicubicBaseline.type: (_check_bicubic, _bicubic),
                                                         ReferenceBaseline.type: (_check_reference, _cached),
-                                                        ZooBaseline.type: (_check_zoo, _cached)}
+                                                        ZooBaseline.type: (_check_zoo, _zoo)}
 #: types trained from scratch for the run (`matched_epochs`)
 TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 from search_spaces import Supernet
 from tasks.data import to_device
 
-from ..baseline_entries import TrainedBaseline
+from ..baseline_entries import TrainedBaseline, matched_epochs
 from ..runtime import check_finite
 from ..search_context import SearchContext
 from ..training.captured_step import CapturedTrainStep, capture_refusal
@@ -67,19 +67,6 @@ class StandaloneTrainer(SupernetTrainer):
         loss = self.captured(to_device(x, self.device), to_device(y, self.device)).item()
         check_finite([loss], f"{self.progress_label} training", self.global_step, "train.lr", self.config.lr, len(x))
         return loss
-
-
-def matched_epochs(config) -> tuple[float, str]:
-    """(epochs, in words) of the longest training an arch the run hands over can get: the supernet's epochs
-    (`train.epochs`, when finalisation starts from the inherited weights) plus finalisation's most epochs
-    (`max_epochs` under a run budget, else `epochs`; none without finalisation). Known from the config alone, so a
-    trained baseline's budget, and its cache entry, do not depend on the machine's speed; a budget that shortens
-    finalisation on a slow machine only widens the baselines' lead."""
-    final = config.search.finalize
-    supernet = config.train.epochs if final.init == "inherited" or not final.archs else 0.0
-    most = (max(final.epochs, final.max_epochs) if final.run_budget_minutes else final.epochs) if final.archs else 0.0
-    parts = ([f"{supernet:g} supernet"] if supernet else []) + ([f"{most:g} finalisation"] if most else [])
-    return supernet + most, f"as long as the longest-trained finalised arch: {' + '.join(parts)} epochs"
 
 
 def baseline_recipe(ctx: SearchContext, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:

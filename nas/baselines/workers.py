@@ -61,7 +61,8 @@ class BaselineWorkers:
         if not wanted or not ctx.dist.is_main or ctx.dist.enabled:
             return
         untrained: list[ReferenceBaseline | ZooBaseline] = [
-            b for b in ctx.config.baselines if b.type in CACHED_TYPES and not cached_baseline_path(ctx, b).exists()]
+            b for b in ctx.config.baselines
+            if b.type in CACHED_TYPES and b.trained_here and not cached_baseline_path(ctx, b).exists()]
         if not untrained:
             return
         count = min(wanted, len(untrained))

@@ -4,7 +4,8 @@ A weight-sharing search chooses by the supernet's ranking (an arch's metric with
 only as good as its agreement with what the archs reach when trained alone. Fidelity measured within a run's finalised
 archs sees a handful of neighbours on the front; a probe set sees the whole space: `archs` archs spread over its latency
 range (the smallest, the largest, the rest drawn in turn from equal latency bins of a pool of uniform draws,
-`nas.strategies.random_search.sample_archs`), each trained from scratch with the run's recipe (`train`) for the
+`nas.strategies.random_search.sample_archs`; with `probe.within_limit`, over the search's latency window: the
+smallest arch and draws within the latency limit), each trained from scratch with the run's recipe (`train`) for the
 finalisation's configured epochs (`search.finalize.epochs`, or `probe.epochs`), as standalone baselines are.
 
 The standalone scores are cached across runs like reference baselines (`nas.baselines.cache`, keyed by the space's
@@ -45,12 +46,14 @@ __all__ = ["probe_archs", "probe_entries", "ranking_stats", "score_probe", "read
            "figure_lines", "format_stat", "PROBE_STATS"]
 
 
-def probe_archs(space, latency_ms, count: int, seed: int) -> list[dict]:
+def probe_archs(space, latency_ms, count: int, seed: int, limit_ms: float | None = None) -> list[dict]:
     """`count` distinct archs of `space` from its smallest to its largest, the rest spread evenly over the latency
-    range (deterministic for a seed)."""
-    ends = [space.smallest(), space.largest()]
+    range of a pool of uniform draws (deterministic for a seed). With `limit_ms`, over the search's latency window
+    instead: the smallest arch, the rest spread over the pool's draws within the limit."""
+    ends = [space.smallest()] + ([space.largest()] if limit_ms is None else [])
     keys = {arch_key(a) for a in ends}
-    spread = sample_archs(space, RandomConfig(archs=max(2, count), sampling="latency_bins", bins=max(1, count - 2)),
+    spread = sample_archs(space, RandomConfig(archs=max(2, count), sampling="latency_bins",
+                                              bins=max(1, count - len(ends)), latency_limit_ms=limit_ms),
                           latency_ms, RunRandom(seed).numpy("probe.archs"))
     archs = ends + [a for a in spread if arch_key(a) not in keys]
     return sorted(archs[:count], key=latency_ms)
@@ -69,8 +72,9 @@ def probe_entries(ctx: SearchContext) -> list[tuple[dict, CacheEntry]]:
     space, task, config = ctx.space, ctx.task, ctx.config
     recipe = _recipe(ctx)
     latency = lambda arch: ctx.cost_model.latency_ms(space.blocks(arch))  # noqa: E731
+    limit = config.search.finalize_scope()[0] if config.probe.within_limit else None
     entries = []
-    for arch in probe_archs(space, latency, config.probe.archs, config.seed):
+    for arch in probe_archs(space, latency, config.probe.archs, config.seed, limit):
         identity = {"network": f"probe-{space.family}", "space": dataclasses.asdict(config.space), "arch": arch}
         parts = CachedNetwork(identity, lambda arch=arch: space.fresh_network(arch), None, "probe arch")
         key = cache_key(identity, task.input_shape, task.num_outputs, config.task, recipe, config.seed)

@@ -42,7 +42,7 @@ def _draw_run(ax, candidates: list[Candidate], baselines: list[BaselineResult], 
         final_front = sorted((c.latency_ms, c.final.val) for c in final if c.is_final_pareto)
         ax.plot(*zip(*final_front), final_line, c=orange, lw=1.5, label=f"{prefix}finalised front", zorder=3)
     markers = "s^Dv*Ph"
-    for i, b in enumerate(baselines):
+    for i, b in enumerate(b for b in baselines if b.score is not None):  # measured elsewhere: maybe no val
         ax.scatter([b.latency_ms], [b.score], marker=markers[i % len(markers)], s=70,
                    edgecolors="black", zorder=4, label=f"{prefix}{b.name}",
                    **({"c": baseline_colour} if baseline_colour else {}))

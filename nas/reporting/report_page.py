@@ -341,10 +341,12 @@ def training_note(view: RunView) -> str:
         inherited = config is not None and config.search.finalize.init == "inherited"
         supernet = f"{float(config.train.epochs):g} supernet + " if inherited else ""
         parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
-    trained = [b.epochs for b in view.baselines
-               if b.type in ("standalone", "reference", "zoo") and b.epochs is not None]
+    trained = [b for b in view.baselines if b.type in ("standalone", "reference", "zoo") and b.epochs is not None]
     if trained:
-        parts.append(f"trained baselines {_span(trained)} epochs from scratch")
+        measured = [b.name for b in trained if b.scores_from]
+        elsewhere = f" ({', '.join(measured)}: figures measured elsewhere, see scores_from)" if measured else ""
+        parts.append(f"trained baselines {_span([b.epochs for b in trained])} epochs from scratch"
+                     f"{elsewhere}")
     return "; ".join(parts)
 
 
@@ -369,9 +371,14 @@ def _headline_section(view: RunView) -> str:
            "the finalised archs (types standalone, reference, zoo) or bicubic upscaling; zoo networks give one "
            "(<code>configs/fmnist_zoo.yaml</code>).</p>")
     kinds = {b.name: b.type for b in view.baselines}
-    items = "".join(f"<li>{html.escape(line)}"
-                    + (" <i>(inherited weights: not like with like)</i>" if kinds.get(line.split(" (")[0]) == "subnet"
-                       else "") + "</li>" for line in lines)
+    sources = {b.name: b.scores_from for b in view.baselines}
+
+    def remark(name: str) -> str:
+        if kinds.get(name) == "subnet":
+            return " <i>(inherited weights: not like with like)</i>"
+        return f" <i>(figures {html.escape(sources[name])})</i>" if sources.get(name) else ""
+
+    items = "".join(f"<li>{html.escape(line)}{remark(line.split(' (')[0])}</li>" for line in lines)
     return f"{top}<p>Against the baselines, on the test split:</p><ul>{items}</ul>"
 
 

@@ -13,13 +13,15 @@ import torch
 from ..records import COSTS
 from ..rundir import RunDir, atomic_copy
 from ..search_context import SearchContext
-from ..training.evaluation import ArchEvaluator, CachedEvaluator, journaled_candidates
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, journaled_candidates
+from ..training.sandwich_archs import SandwichArchs, SpaceSandwich, WindowSandwich
 from ..training.supernet_training import SupernetTrainer
 from .strategy import SearchStrategy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "trained_supernet_scoring"]
+__all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "sandwich_archs",
+           "trained_supernet_scoring"]
 
 #: a candidate's costs a search can minimise beside latency (`nas.records.COSTS`)
 EXTRA_OBJECTIVES = tuple(c for c in COSTS if c != "latency_ms")
@@ -69,9 +71,23 @@ def train_supernet(ctx: SearchContext) -> SupernetTrainer:
         logger.info("supernet: taken from %s", source)
     torch.manual_seed(ctx.config.seed)  # the initial weights
     trainer = SupernetTrainer(ctx.space, ctx.space.build_supernet(), ctx.task, ctx.config.train, ctx.config.seed,
-                              ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device)
+                              ctx.run_dir.supernet_checkpoint, dist=ctx.dist, device=ctx.device,
+                              sandwich=sandwich_archs(ctx))
     trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
     return trainer
+
+
+def sandwich_archs(ctx: SearchContext) -> SandwichArchs:
+    """The archs the run's sandwich steps train: the search's latency window with `train.sandwich_window` and a
+    latency limit, else the whole space."""
+    limit, _ = ctx.config.search.finalize_scope()
+    if not (ctx.config.train.sandwich_window and limit is not None):
+        return SpaceSandwich(ctx.space)
+    space, cost_model, train = ctx.space, ctx.cost_model, ctx.config.train
+    return WindowSandwich(space, lambda arch: cost_model.latency_ms(space.blocks(arch)),
+                          lambda arch: complexity(space.blocks(arch))[0], lambda arch: complexity(space.blocks(arch))[1],
+                          limit, ctx.config.seed, bins=train.sandwich_bins,
+                          top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
 
 
 def trained_supernet_scoring(ctx: SearchContext) -> tuple[ArchEvaluator, CachedEvaluator]:

@@ -48,7 +48,7 @@ class SearchStrategy(ABC):
     persists_state: ClassVar[bool] = True
     #: torchrun may run it in several processes (its supernet training and scoring are data-parallel)
     scales_out: ClassVar[bool] = False
-    #: its supernet training follows the sandwich rule (`train.sandwich_random`, `train.distill`)
+    #: its supernet training follows the sandwich rule (`train.sandwich_*`, `train.distill`)
     uses_sandwich: ClassVar[bool] = False
 
     @classmethod

@@ -81,6 +81,11 @@ class TrainingSession:
         """The steps change in kind from here on: the governor measures their pace anew."""
         self.governor.new_phase()
 
+    def set_total(self, total: int) -> None:
+        """The loop ends at step `total` now (a shortened schedule): the progress bar's end."""
+        self.bar.total = total
+        self.bar.refresh()
+
     def step_done(self, checkpoint: bool = False, **postfix) -> None:
         """After a finished step: progress, the checkpoint when due (or `checkpoint`), then a requested stop
         (checkpointed; KeyboardInterrupt), then `on_step`."""

@@ -1,8 +1,9 @@
 """Supernet training with the sandwich rule, and batch-norm recalibration of subnets.
 
-Each step trains the largest arch, the smallest arch and `sandwich_random` uniformly sampled archs on the same
-batch, accumulating gradients before one optimizer step (Yu & Huang, "Universally Slimmable Networks", ICCV
-2019; BigNAS, ECCV 2020). With `distill`, the smaller archs learn from the largest arch's outputs (in-place
+Each step trains a top arch, a bottom arch and `sandwich_random` random archs on the same batch, accumulating
+gradients before one optimizer step (Yu & Huang, "Universally Slimmable Networks", ICCV 2019; BigNAS, ECCV 2020):
+the space's largest and smallest archs and uniform draws, or, with `sandwich_window`, the search's latency window
+(`nas.training.sandwich_archs`). With `distill`, the other archs learn from the top arch's outputs (in-place
 distillation). Optimizer, schedule, EMA and augmentation are timm's.
 
 Everything random in a step is drawn from (seed, epoch, step), so a run resumed from a mid-epoch checkpoint
@@ -24,7 +25,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -38,6 +39,7 @@ from ..distributed import Distributed
 from ..randomness import RunRandom
 from ..rundir import atomic_torch_save, load_checkpoint
 from ..runtime import check_finite
+from .sandwich_archs import SandwichArchs, SpaceSandwich
 from .session import TrainingSession
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,14 @@ class TrainConfig:
         epochs: passes over the training split (fractions end the schedule inside an epoch).
         opt / lr / momentum / weight_decay: timm `create_optimizer_v2` arguments.
         sched / warmup_epochs / min_lr: timm `create_scheduler_v2`, stepped per update.
-        sandwich_random: random archs per step besides the largest and the smallest.
-        distill: smaller archs learn from the largest arch's outputs (in-place distillation).
+        sandwich_random: random archs per step besides the top and the bottom arch.
+        sandwich_window: train the search's latency window instead of the whole space: the top arch is the largest
+            within the search's latency limit, the random archs spread evenly over the latency up to it
+            (`nas.training.sandwich_archs.WindowSandwich`); no effect without a latency limit.
+        sandwich_top_mmacs: with `sandwich_window`, the top arch's million MACs at most (what a step of it costs
+            to train); None: the arch with the most parameters within the latency limit, whatever its MACs.
+        sandwich_bins: latency bins of the window's random archs.
+        distill: the other archs learn from the top arch's outputs (in-place distillation).
         ema_decay: decay of timm's ModelEmaV3 of the supernet weights; 0 disables it. With EMA, subnets are
             evaluated with the averaged weights.
         grad_clip: clip the global gradient norm (0 = off).
@@ -74,6 +82,9 @@ class TrainConfig:
     warmup_epochs: float = 0.2
     min_lr: float = 0.0
     sandwich_random: int = 1
+    sandwich_window: bool = False
+    sandwich_top_mmacs: Optional[float] = None
+    sandwich_bins: int = 8
     distill: bool = True
     ema_decay: float = 0.0
     grad_clip: float = 5.0
@@ -86,6 +97,10 @@ class TrainConfig:
             raise ValueError("epochs: must be > 0")
         if self.checkpoint_every < 1:
             raise ValueError("checkpoint_every: must be >= 1")
+        if self.sandwich_bins < 1:
+            raise ValueError("sandwich_bins: must be >= 1")
+        if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
+            raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
         for name in ("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay", "grad_clip"):
             if not getattr(self, name) >= 0:  # NaN too
                 raise ValueError(f"{name}: must be >= 0")
@@ -171,10 +186,12 @@ class SupernetTrainer:
         checkpoint_path: file of the training state; loaded when it exists.
         dist: the processes training together (`nas.distributed`; default: this one alone).
         device: where the supernet trains (it is moved there).
+        sandwich: the archs of a step (default: the whole space, `SpaceSandwich`).
     """
 
     def __init__(self, space: SearchSpace, supernet: Supernet, task, config: TrainConfig, seed: int,
-                 checkpoint_path: Path, *, dist: Distributed | None = None, device: torch.device | str = "cpu"):
+                 checkpoint_path: Path, *, dist: Distributed | None = None, device: torch.device | str = "cpu",
+                 sandwich: SandwichArchs | None = None):
         from timm.optim import create_optimizer_v2
         from timm.scheduler import create_scheduler_v2
 
@@ -200,7 +217,7 @@ class SupernetTrainer:
 
             self.ema = ModelEmaV3(supernet, decay=config.ema_decay)
         self.global_step = 0
-        self.largest, self.smallest = space.largest(), space.smallest()
+        self.sandwich = sandwich if sandwich is not None else SpaceSandwich(space)
         if self.checkpoint_path.exists():
             self._load()
         # every process starts from rank 0's weights, bit for bit, whatever the machine it runs on
@@ -240,12 +257,13 @@ class SupernetTrainer:
 
     # ------------------------------------------------------------------------------------------ training
     def step_archs(self, epoch: int, step: int) -> list[dict]:
-        """Sandwich rule: largest, smallest, then random archs drawn from (seed, epoch, step)."""
+        """Sandwich rule: the top arch, the bottom arch, then random archs drawn from (seed, epoch, step)."""
         rng = RunRandom(self.seed).numpy("sandwich.archs", epoch, step)
-        return [self.largest, self.smallest] + [self.space.sample(rng) for _ in range(self.config.sandwich_random)]
+        return ([self.sandwich.top, self.sandwich.bottom]
+                + [self.sandwich.random(rng) for _ in range(self.config.sandwich_random)])
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        """One optimizer step over `archs` on one (whole) batch; returns the largest arch's loss.
+        """One optimizer step over `archs` on one (whole) batch; returns the first (top) arch's loss.
 
         With several processes, each trains on its share of the batch (see the module docstring)."""
         self.supernet.train()

@@ -155,7 +155,7 @@ class DifferentiableTrainer:
     Args:
         space / task / cost_model: what the run searches, on what, with which latency source.
         train: the weight-training recipe (`train.epochs` passes over the weight split in all; the sandwich
-            settings `sandwich_random` and `distill` belong to `SupernetTrainer`: a config that changes them is
+            settings `sandwich_*` and `distill` belong to `SupernetTrainer`: a config that changes them is
             refused).
         config: `DifferentiableConfig`.
         random: the run's random streams (initial weights, data split, gate samples, dropout).

@@ -1,7 +1,8 @@
 """Finalisation: the archs a run hands over, trained past their inherited weights.
 
 Modules: `settings.py` (`FinalizeConfig`), `selection.py` (which archs: `select_spread`), `plan.py` (the archs and
-their epochs, kept in the run directory), `budget.py` (the plan under a run budget), `lockstep.py`
+their epochs, kept in the run directory), `budget.py` (the plan under a run budget), `replan.py` (that plan held
+to the budget as it trains: `Replanner`), `lockstep.py`
 (`LockstepTrainer`) and its collaborators (`schedules.py` optimizers and learning rates, `lockstep_state.py` its
 checkpoint, `net_threads.py` the nets side by side and their dropout seeds, `graph_steps.py` CUDA graphs,
 `net_timing.py` each net's time), `final_scores.py` (trained or inherited weights, test and INT8 scores), `stage.py`
@@ -37,21 +38,27 @@ epochs. Where the budget leaves time to spare at the full epochs, up to `max_arc
 `archs`. The time is then split among the archs by their step times
 (`budgeted_epochs`): a cheap arch trains longer (up to `max_epochs`) than a costly one (down to half of
 `epochs`), since the same seconds buy it more epochs. Each net leaves the lockstep when its own schedule ends.
+The budget is the whole run's: the archs' scoring and the stages after finalisation are set aside. As the
+training goes, the pace of its steps against the plan's timing re-plans it (`Replanner`): when the run would end
+past its budget (a machine loaded after the timing), the archs still training get fewer epochs, never fewer than
+they have trained.
 
-Resuming: the plan (which archs, how many epochs each, whether they continue the screening) is decided once and
-kept in the run directory (`FinalizationPlan`), so a resumed run trains the same archs for the same epochs. The
+Resuming: the plan (which archs, how many epochs each, whether they continue the screening, the timing it was
+fitted to) is kept in the run directory (`FinalizationPlan`), each re-plan recorded there after the training's
+checkpoint holds it, so a resumed run trains the same archs for the same epochs. The
 lockstep training state (weights, optimizers, step) is checkpointed like the supernet's (the screening's in a
 file of its own), screening scores and each scored arch are journaled (a finalised arch after its weights are
 saved, its INT8 score in a journal of its own), so a restart repeats neither finished steps nor scores.
 """
-from .budget import budgeted_archs, budgeted_epochs, fit_to_budget, planned_seconds
+from .budget import budgeted_archs, budgeted_epochs, fit_to_budget
 from .final_scores import better_of, final_weights_path, load_final_weights
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import FinalizationPlan
+from .replan import PlanTiming, Replanner, planned_seconds
 from .selection import feasible_records, ranking_fidelity, select_spread
 from .settings import FinalizeConfig
 from .stage import finalize
 
-__all__ = ["FinalizeConfig", "FinalizationPlan", "LockstepTrainer", "better_of", "budgeted_archs",
-           "budgeted_epochs", "feasible_records", "final_weights_path", "finalize", "fit_to_budget",
+__all__ = ["FinalizeConfig", "FinalizationPlan", "LockstepTrainer", "PlanTiming", "Replanner", "better_of",
+           "budgeted_archs", "budgeted_epochs", "feasible_records", "final_weights_path", "finalize", "fit_to_budget",
            "load_final_weights", "lockstep_trainer", "planned_seconds", "ranking_fidelity", "select_spread"]

@@ -16,26 +16,14 @@ from ..supernet_training import recalibrate_batchnorm
 from .final_scores import better_of
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, FinalizationPlan, epochs_text
+from .replan import PlanTiming, planned_seconds
+from .schedules import epochs_to_steps
 from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 
-
-def planned_seconds(net_steps: Sequence[int], net_seconds: Sequence[float], step_seconds: float,
-                    workers: int) -> float:
-    """Training time of a lockstep plan whose nets stop at `net_steps`. A step costs its nets' work shared among
-    `workers` threads (the longest net's at least), plus what else a step of all nets took beyond theirs
-    (`step_seconds` as timed with all of them: loading the batch, waiting on threads)."""
-    def busy(seconds: Sequence[float]) -> float:
-        return max(sum(seconds) / workers, max(seconds))
-
-    rest = max(0.0, step_seconds - busy(net_seconds))
-    total, done = 0.0, 0
-    for end in sorted(set(net_steps)):
-        training = [c for c, steps in zip(net_seconds, net_steps) if steps >= end]
-        total += (end - done) * (rest + busy(training))
-        done = end
-    return total
+#: what the run's last steps take beyond scoring its archs and baselines (results, plots, the report)
+REPORT_SECONDS = 20.0
 
 
 def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scoring_seconds: float,
@@ -59,7 +47,7 @@ def budgeted_epochs(epochs: float, max_epochs: float, seconds_left: float, scori
                 for c in net_seconds]
 
     def fits(net_epochs: Sequence[float]) -> bool:
-        steps = [max(1, round(e * steps_per_epoch)) for e in net_epochs]
+        steps = epochs_to_steps(net_epochs, steps_per_epoch)
         return planned_seconds(steps, net_seconds, step_seconds, workers) + scoring_seconds <= seconds_left
 
     low, high = lowest, highest * math.sqrt(max(net_seconds) / cheapest)  # plan(high): all at `highest`
@@ -94,14 +82,18 @@ def fit_to_budget(ctx: SearchContext, chosen: list[Candidate], choose, evaluator
                   seconds_left: float) -> FinalizationPlan:
     """The plan of a fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up
     to `max_archs`) when it has time for them at the full epochs, then each arch's epochs by its cost
-    (`budgeted_epochs`: up to `max_epochs`, down to half of `epochs`), timed on lockstep trainers of the archs."""
+    (`budgeted_epochs`: up to `max_epochs`, down to half of `epochs`), timed on lockstep trainers of the archs.
+    The time left is the run's: the archs' scoring and the stages after finalisation (the baselines' scoring at
+    an arch's cost each, `REPORT_SECONDS`) come out of it. The plan keeps its timing for the re-planning as the
+    training goes (`Replanner`)."""
     config: FinalizeConfig = ctx.config.search.finalize
     checkpoint = ctx.run_dir.checkpoint_dir / CHECKPOINT_FILE  # none yet: the timing trainers save nothing
     started = time.perf_counter()
     trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint)
     step_seconds, net_seconds, scoring = _timed(ctx, trainer)
+    after = scoring / len(chosen) * len(ctx.config.baselines) + REPORT_SECONDS
     if config.max_archs > len(chosen):
-        left = seconds_left - (time.perf_counter() - started)
+        left = seconds_left - (time.perf_counter() - started) - after
         per_arch = (step_seconds * round(config.epochs * trainer.steps_per_epoch) + scoring) / len(chosen)
         wider = choose(budgeted_archs(len(chosen), config.max_archs, left, per_arch))
         if len(wider) > len(chosen):
@@ -109,13 +101,13 @@ def fit_to_budget(ctx: SearchContext, chosen: list[Candidate], choose, evaluator
             trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint)
             step_seconds, net_seconds, scoring = _timed(ctx, trainer)
     left = seconds_left - (time.perf_counter() - started)
-    workers = trainer.threads.nets_at_once()
-    epochs = budgeted_epochs(config.epochs, config.max_epochs, left, scoring, trainer.steps_per_epoch, step_seconds,
-                             net_seconds, workers)
-    net_steps = [max(1, round(e * trainer.steps_per_epoch)) for e in epochs]
-    planned = planned_seconds(net_steps, net_seconds, step_seconds, workers)
-    logger.info("run budget %g min: %.1f min left for finalisation; %d archs, a lockstep step takes %.2f s "
-                "(%.0f-%.0f ms a net), scoring about %.0f s -> %s (configured: %.3g; about %.1f min)",
-                config.run_budget_minutes, left / 60, len(chosen), step_seconds, min(net_seconds) * 1e3,
-                max(net_seconds) * 1e3, scoring, epochs_text(epochs), config.epochs, (planned + scoring) / 60)
-    return FinalizationPlan([arch_key(c.arch) for c in chosen], epochs)
+    timing = PlanTiming(step_seconds, net_seconds, trainer.threads.nets_at_once(), scoring, after)
+    epochs = budgeted_epochs(config.epochs, config.max_epochs, left, scoring + after, trainer.steps_per_epoch,
+                             step_seconds, net_seconds, timing.workers)
+    planned = timing.training_seconds(epochs_to_steps(epochs, trainer.steps_per_epoch))
+    logger.info("run budget %g min: %.1f min left for finalisation and the rest of the run; %d archs, a lockstep "
+                "step takes %.2f s (%.0f-%.0f ms a net), scoring about %.0f s and %.0f s after it -> %s "
+                "(configured: %.3g; about %.1f min)", config.run_budget_minutes, left / 60, len(chosen), step_seconds,
+                min(net_seconds) * 1e3, max(net_seconds) * 1e3, scoring, after, epochs_text(epochs), config.epochs,
+                (planned + scoring + after) / 60)
+    return FinalizationPlan([arch_key(c.arch) for c in chosen], epochs, timing=timing)

@@ -29,7 +29,8 @@ from .graph_steps import GraphSteps
 from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
 from .net_timing import NetClock
-from .schedules import cosine_schedulers, net_optimizer
+from .replan import Replanner
+from .schedules import cosine_schedulers, epochs_to_steps, net_optimizer
 from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class LockstepTrainer:
         epochs = [config.epochs] * len(nets) if epochs is None else list(epochs)
         if len(epochs) != len(nets):
             raise ValueError(f"LockstepTrainer: {len(epochs)} schedules for {len(nets)} nets")
-        self.net_steps = [max(1, round(e * self.steps_per_epoch)) for e in epochs]  # each net's schedule
+        self.net_steps = epochs_to_steps(epochs, self.steps_per_epoch)  # each net's schedule
         self.stop_step = self.total_steps if stop_epochs is None else round(stop_epochs * self.steps_per_epoch)
         self.warmup_steps = round(config.warmup_epochs * self.steps_per_epoch)
         self.schedulers = self._schedulers()
@@ -223,8 +224,20 @@ class LockstepTrainer:
         self.threads.each_net(update, training)
         return losses
 
-    def train(self, progress: bool = True, adapt_threads: bool = True) -> None:
-        """Train to `stop_step` (see `SupernetTrainer.train`)."""
+    def reschedule(self, net_steps: Sequence[int]) -> None:
+        """Shorten the nets' schedules to `net_steps` (none under `global_step`): each net's learning rate follows
+        from here the warm-up and cosine of its shorter schedule, which ends at its new last step."""
+        if any(new < min(old, self.global_step) or new > old for new, old in zip(net_steps, self.net_steps)):
+            raise ValueError(f"LockstepTrainer.reschedule: {list(net_steps)} at step {self.global_step} of "
+                             f"{self.net_steps}")
+        stops_early = self.stop_step == self.total_steps
+        self.net_steps = list(net_steps)
+        self.schedulers = self._schedulers()
+        self.stop_step = self.total_steps if stops_early else min(self.stop_step, self.total_steps)
+
+    def train(self, progress: bool = True, adapt_threads: bool = True, replanner: Replanner | None = None) -> None:
+        """Train to `stop_step` (see `SupernetTrainer.train`); with a `replanner`, the schedules shrink where it
+        says (checkpointed at once, then recorded by it)."""
         if self.done:
             return
         started = time.perf_counter()
@@ -233,6 +246,8 @@ class LockstepTrainer:
                               progress_total=self.stop_step, set_threads=self.threads.use_workers,
                               adapt_threads=adapt_threads) as session,
               self.threads.side_by_side(self.nets)):
+            if replanner is not None:
+                replanner.start(self.global_step)
             while not self.done:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.batches(epoch, start):
@@ -243,6 +258,14 @@ class LockstepTrainer:
                     with session.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
+                    shortened = replanner.shortened(self.net_steps, self.global_step) if replanner else None
+                    if shortened is not None:
+                        logger.info("finalisation is late for the run budget at step %d: its nets end at steps %s "
+                                    "instead of %s", self.global_step, shortened, self.net_steps)
+                        self.reschedule(shortened)
+                        self.save()
+                        replanner.record(self.net_steps)
+                        session.set_total(self.stop_step)
                     if self.global_step in self.net_steps:  # nets leave the lockstep: steps of another pace
                         session.new_phase()
                     session.step_done(checkpoint=self.done or step == self.steps_per_epoch - 1, epoch=epoch,

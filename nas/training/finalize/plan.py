@@ -1,8 +1,9 @@
 """The finalisation plan: which archs finalisation trains and for how many epochs each.
 
-It is decided once, before the first step (selection, the screening's choice, a run budget's fitting), and kept in
-the run directory, so that a resumed run trains exactly these archs for exactly these epochs, whatever the
-selection would choose now.
+It is decided before the first step (selection, the screening's choice, a run budget's fitting) and kept in the
+run directory, so that a resumed run trains exactly these archs for exactly these epochs, whatever the selection
+would choose now. Under a run budget the epochs may shrink as the training goes (`replan.Replanner`): each such
+re-plan is recorded in the same file.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from search_spaces import arch_key
 from ...errors import RunDirError
 from ...records import Candidate
 from ...rundir import atomic_write_text, load_checkpoint
+from .replan import PlanTiming
 
 PLAN_FILE = "finalize_plan.json"
 CHECKPOINT_FILE = "finalize.pt"
@@ -29,13 +31,18 @@ class FinalizationPlan:
         epochs: each arch's schedule, in epochs.
         from_screening: the archs continue the screening's training where it stopped (its checkpoint) instead of
             starting afresh.
+        timing: a run budget's plan: the step times it was fitted to, for the re-planning as it trains; None =
+            no budget (or a plan from before the re-planning: it is not re-planned).
     """
 
     keys: list[str]
     epochs: list[float]
     from_screening: bool = False
+    timing: PlanTiming | None = None
 
     def __post_init__(self):
+        if isinstance(self.timing, dict):  # read back from its file
+            self.timing = PlanTiming(**self.timing)
         if len(self.keys) != len(self.epochs):
             raise ValueError(f"FinalizationPlan: {len(self.epochs)} schedules for {len(self.keys)} archs")
 
@@ -55,6 +62,11 @@ class FinalizationPlan:
             names = load_checkpoint(checkpoint, mmap=True)["names"]
             return cls(list(names), [epochs] * len(names))
         return None
+
+    def reschedule(self, net_steps: Sequence[int], steps_per_epoch: int, checkpoint_dir: Path) -> None:
+        """Record the schedules the training follows from now on (a re-plan), in the run directory."""
+        self.epochs = [steps / steps_per_epoch for steps in net_steps]
+        self.save(checkpoint_dir)
 
     def records(self, candidates: Sequence[Candidate]) -> list[Candidate]:
         """The planned archs among `candidates`, in the plan's order."""

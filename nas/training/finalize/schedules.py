@@ -18,6 +18,11 @@ def net_optimizer(net: nn.Module, train: TrainConfig, peak_lr: float) -> torch.o
                                momentum=train.momentum)
 
 
+def epochs_to_steps(epochs: Sequence[float], steps_per_epoch: int) -> list[int]:
+    """Each schedule of `epochs` in optimizer steps (one at least)."""
+    return [max(1, round(e * steps_per_epoch)) for e in epochs]
+
+
 def cosine_schedulers(optimizers: Sequence[torch.optim.Optimizer], peak_lr: float, net_steps: Sequence[int],
                       warmup_steps: int) -> list:
     """Per net, timm's schedule stepped per update: a linear warm-up from 1% of the peak, then a cosine to 0 at

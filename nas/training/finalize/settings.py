@@ -25,10 +25,12 @@ class FinalizeConfig:
         kd_ratio: weight of the distillation loss from the supernet's largest arch, added to the task loss
             (0 = task loss only, no teacher).
         int8: also score each finalised arch quantized to INT8 (`nas.export.quantize`): `final_int8_test_<metric>`.
-        run_budget_minutes: the run's wall time (all its sessions) by which finalisation should have ended, its
-            scoring included: finalisation then times a few of its training steps and trains each arch for the
-            epochs that fit in what is left (never under half of `epochs`, see `budgeted_epochs`); 0 = no budget.
-            Machines differ by several times in speed; this keeps a run's length, not its recipe.
+        run_budget_minutes: the run's wall time (all its sessions) by which it should have ended, the scoring
+            after finalisation and the report included: finalisation then times a few of its training steps and
+            plans each arch's epochs to fit what is left (never under half of `epochs`, see `budgeted_epochs`),
+            then re-plans from the pace of its steps as it trains (`Replanner`: fewer epochs, never fewer than
+            trained, when it runs late); 0 = no budget. Machines differ by several times in speed, and a machine
+            by its load; this keeps a run's length, not its recipe.
         max_archs: under a run budget, finalise up to this many archs when what is left fits them at the full
             `epochs` (timed like the epochs; the first `archs` of them are the archs chosen without the extra
             places); 0 = `archs` exactly. A faster machine so hands over a denser front instead of idle minutes.

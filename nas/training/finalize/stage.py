@@ -19,6 +19,8 @@ from .budget import fit_to_budget
 from .final_scores import better_of, final_weights_path, int8_scores, val_metric
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, SCREENING_CHECKPOINT_FILE, FinalizationPlan, epochs_text
+from .replan import CHECKS_PER_EPOCH, Replanner
+from .schedules import epochs_to_steps
 from .selection import feasible_records, ranking_fidelity, select_spread
 from .settings import FinalizeConfig
 
@@ -72,26 +74,41 @@ def _new_plan(ctx: SearchContext, feasible: Sequence[Candidate], evaluator: Arch
 def _trainer(ctx: SearchContext, plan: FinalizationPlan, chosen: Sequence[Candidate],
              evaluator: ArchEvaluator) -> LockstepTrainer:
     """The trainer of the plan's archs: resumed from its checkpoint when there is one, else continuing the
-    screening's training where the plan says so, else from the start."""
+    screening's training where the plan says so, else from the start. A checkpoint holds the latest schedules: a
+    re-plan interrupted before its record is recorded now."""
     checkpoint = ctx.run_dir.checkpoint_dir / CHECKPOINT_FILE
     screening = ctx.run_dir.checkpoint_dir / SCREENING_CHECKPOINT_FILE
     started = checkpoint.exists()
     trainer = lockstep_trainer(ctx, chosen, evaluator, checkpoint, epochs=plan.epochs)
     if plan.from_screening and not started and screening.exists():  # none: a screening too short for one step
         trainer.continue_from(screening)
+    if epochs_to_steps(plan.epochs, trainer.steps_per_epoch) != trainer.net_steps:
+        plan.reschedule(trainer.net_steps, trainer.steps_per_epoch, ctx.run_dir.checkpoint_dir)
     return trainer
+
+
+def _replanner(ctx: SearchContext, plan: FinalizationPlan, trainer: LockstepTrainer,
+               ends_at: float | None) -> Replanner | None:
+    """What keeps a budgeted plan's training within the run budget, ending by `ends_at`; None without a budget
+    (or for a plan from before the re-planning, which has no timing)."""
+    if ends_at is None or plan.timing is None:
+        return None
+    return Replanner(plan.timing, ends_at, trainer.steps_per_epoch // CHECKS_PER_EPOCH,
+                     lambda net_steps: plan.reschedule(net_steps, trainer.steps_per_epoch, ctx.run_dir.checkpoint_dir))
 
 
 def finalize(ctx: SearchContext, records: Sequence[Candidate], evaluator: ArchEvaluator,
              seconds_left: float | None = None) -> dict[str, FinalScores]:
     """Finalise the run's chosen archs (see the package docstring); returns arch key -> final scores.
 
-    `seconds_left`: what the run's budget (`run_budget_minutes`) leaves for finalisation; None = no budget."""
+    `seconds_left`: what the run's budget (`run_budget_minutes`) leaves for finalisation and the stages after it;
+    None = no budget."""
     config: FinalizeConfig = ctx.config.search.finalize
     task, run_dir = ctx.task, ctx.run_dir
     _, costs = ctx.config.search.finalize_scope()
     feasible = feasible_records(records, ctx.config.search)
     started = time.perf_counter()
+    ends_at = None if seconds_left is None else started + seconds_left
     plan = FinalizationPlan.load(run_dir.checkpoint_dir, config.epochs)
     if plan is None:
         plan = _new_plan(ctx, feasible, evaluator, costs, seconds_left)
@@ -105,7 +122,8 @@ def finalize(ctx: SearchContext, records: Sequence[Candidate], evaluator: ArchEv
         trainer = _trainer(ctx, plan, chosen, evaluator)
         logger.info("finalising %d archs (ids %s, %s init, %s, kd_ratio %g)", len(chosen),
                     [c.id for c in chosen], config.init, epochs_text(trainer.net_epochs), config.kd_ratio)
-        trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads)
+        trainer.train(progress=ctx.progress, adapt_threads=ctx.config.adapt_threads,
+                      replanner=_replanner(ctx, plan, trainer, ends_at))
         calibrate = ctx.config.train.channels_last
         for candidate, key, net, epochs in zip(chosen, keys, trainer.nets, trainer.net_epochs):
             if key in scored:
