@@ -5,10 +5,10 @@ A leaf module (it imports nothing of the project), so every part of `nas` can ra
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Iterable, Mapping
 
 __all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationError", "RunDirError",
-           "TrainingDiverged"]
+           "TrainingDiverged", "check_signs"]
 
 
 class NamesParameters(Exception):
@@ -41,3 +41,13 @@ class TrainingDiverged(ArithmeticError):
 class QuantizationError(NamesParameters, ArithmeticError):
     """An INT8 model lost more of its task metric than allowed (the message gives both metrics and the bound, and
     names the parameter that sets the bound)."""
+
+
+def check_signs(settings: object, *, non_negative: Iterable[str] = (), positive: Iterable[str] = ()) -> None:
+    """Raise ValueError `<field>: must be >= 0` for the first field of the dataclass `settings` named in
+    `non_negative` that is below 0, `<field>: must be > 0` for the first in `positive` at or below 0; NaN fails
+    both."""
+    for names, bound_met, bound in ((non_negative, lambda v: v >= 0, ">= 0"), (positive, lambda v: v > 0, "> 0")):
+        for name in names:
+            if not bound_met(getattr(settings, name)):
+                raise ValueError(f"{name}: must be {bound}")
