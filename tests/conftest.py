@@ -3,6 +3,7 @@ allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels he
 files share: the overrides that shrink a smoke run, small spaces, the strategies' toy problem, the smoke run."""
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import os
@@ -62,6 +63,35 @@ def _process_settings():
 
     torch.set_num_threads(1)
     keep_freed_memory()
+
+
+def vector_rows(name: str) -> list[dict]:
+    """The rows of the reference-vector CSV `name` (a path below `VPUNN_VECTORS`)."""
+    with open(VPUNN_VECTORS / name, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def vector_rows_by_device(name: str, devices) -> dict[str, list[dict]]:
+    """The rows of the reference-vector CSV `name` of each of `devices`."""
+    rows = vector_rows(name)
+    return {d: [r for r in rows if r["device"] == d] for d in devices}
+
+
+def nn_tolerance(ref):
+    """How far NN cycles may lie from the library's: max(1 cycle, 1e-5 relative), since a plain float32 matrix
+    product does not reproduce its dot-product order (docs/vpunn.md §10)."""
+    import numpy as np
+
+    return np.maximum(1, 1e-5 * ref)
+
+
+@pytest.fixture(scope="module")
+def matrix(rows):
+    """The workload matrix of a DPU test module's `rows`."""
+    from hw_cost.vpunn import workload_from_row
+    from hw_cost.vpunn.workload import workloads_to_matrix
+
+    return workloads_to_matrix([workload_from_row(r) for r in rows])
 
 
 def assert_descriptors_bit_exact(rows: list[dict], matrix, desc: list[dict], version: int, size: int) -> None:
