@@ -16,7 +16,7 @@ own to resume: the run replays it from the start with every finished evaluation 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -51,8 +51,6 @@ class EvolutionConfig(FrontSettings):
     crossover_prob: float = 0.9
     crossover_eta: float = 3.0
     mutation_eta: float = 3.0
-    latency_limit_ms: Optional[float] = None
-    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()

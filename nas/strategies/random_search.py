@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -46,8 +46,6 @@ class RandomConfig(FrontSettings):
     sampling: str = "uniform"
     bins: int = 8
     pool: int = 10
-    latency_limit_ms: Optional[float] = None
-    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()

@@ -6,6 +6,7 @@ spreads over, validated here for all of them).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -27,15 +28,11 @@ __all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_super
 EXTRA_OBJECTIVES = tuple(c for c in COSTS if c != "latency_ms")
 
 
+@dataclass
 class FrontSettings:
-    """The base of the settings of every strategy over a trained supernet: it checks the two settings they all have,
-    for all of them alike (`__post_init__`), and gives the costs their front spreads over.
-
-    Each subclass is a dataclass that declares them as its last fields (where a run's config.yaml has always held
-    them: a dataclass base's fields would come first):
-
-        latency_limit_ms: Optional[float] = None
-        extra_objectives: list = field(default_factory=list)
+    """The base of the settings of every strategy over a trained supernet: the two settings they all have, checked
+    for all of them alike (`__post_init__`), and the costs their front spreads over. A subclass is a dataclass
+    whose own fields follow these two.
 
     Args:
         latency_limit_ms: archs slower than this are infeasible (evolution: constraint-domination; random: not
@@ -44,8 +41,8 @@ class FrontSettings:
             its archs over the cost range of every objective (`nas.training.finalize.select_spread`).
     """
 
-    latency_limit_ms: Optional[float]
-    extra_objectives: list
+    latency_limit_ms: Optional[float] = None
+    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
