@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from search_spaces import SearchSpace, Supernet
 from search_spaces.elastic import ElasticBatchNorm2d
-from tasks.data import DataError, batch_seed, to_device
+from tasks.data import DataError, to_device
 
 from ..distributed import Distributed
 from ..errors import check_signs
@@ -320,7 +320,7 @@ class SupernetTrainer:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
                     x = in_layout(x, self.config.channels_last)
-                    torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
+                    torch.manual_seed(RunRandom(self.seed).seed_of("sandwich.noise", epoch, step))
                     self.scheduler.step_update(self.global_step)
                     with session.timed_step():
                         loss = self.train_step(x, y, self.step_archs(epoch, step))

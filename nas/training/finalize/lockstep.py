@@ -14,9 +14,10 @@ import torch
 import torch.nn as nn
 
 from search_spaces import arch_key
-from tasks.data import EpochBatches, batch_seed, to_device
+from tasks.data import EpochBatches, to_device
 
 from ...errors import ConfigError
+from ...randomness import RunRandom
 from ...records import Candidate
 from ...rundir import atomic_torch_save
 from ...runtime import check_finite
@@ -254,7 +255,7 @@ class LockstepTrainer:
                     if self.done:
                         break
                     x, y = self._prepared(x, y)
-                    self.threads.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's
+                    self.threads.seed_dropouts(RunRandom(self.seed), epoch, step)
                     with session.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
