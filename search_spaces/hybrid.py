@@ -386,25 +386,26 @@ class RelaxedHybrid(RelaxedSupernet):
         in_gate = gates["stem"]
         in_mask = (in_gate @ self.stem_masks).view(1, -1, 1, 1)
         x = self._conv_bn(net.stem, x, net.stem.conv.weight, net.stem.conv.stride, in_mask)
-        for s, (positions, depths) in enumerate(zip(net.stages, self.depths)):
-            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+        for s, positions in enumerate(net.stages):
+            width_gate = gates[f"s{s}.width"]
             out_mask = (width_gate @ getattr(self, f"out_masks_{s}")).view(1, -1, 1, 1)
-            for b, block in enumerate(positions):
+
+            def block(b: int, h: torch.Tensor) -> torch.Tensor:
                 block_gate, block_mask = (in_gate, in_mask) if b == 0 else (width_gate, out_mask)
                 mid_mask = torch.einsum("w,e,wec->c", block_gate, gates[f"s{s}.b{b}.expand"],
                                         getattr(self, f"mid_masks_{s}_{b}")).view(1, -1, 1, 1)
                 kernel_mask = torch.einsum("k,kij->ij", gates[f"s{s}.b{b}.kernel"], self.kernel_masks)
-                if block.stride != 1:
+                if positions[b].stride != 1:
                     shortcut = None
                 elif b == 0:  # the probability that the input and output widths are equal
                     shortcut = in_gate @ getattr(self, f"same_width_{s}") @ width_gate
                 else:
                     shortcut = 1.0
-                x = self._block(block, space.stage_types[s], x, gates[f"s{s}.b{b}.block"], kernel_mask, block_mask,
-                                mid_mask, out_mask, shortcut)
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x, in_gate, in_mask = mixed, width_gate, out_mask
+                return self._block(positions[b], space.stage_types[s], h, gates[f"s{s}.b{b}.block"], kernel_mask,
+                                   block_mask, mid_mask, out_mask, shortcut)
+
+            x = self.depth_mixed(s, x, gates, block)
+            in_gate, in_mask = width_gate, out_mask
         head = net.head
         head_mask = (gates["head"] @ self.head_masks).view(1, -1, 1, 1)
         h = self._conv_bn(head.conv, x, head.conv.conv.weight, 1, head_mask)
@@ -414,16 +415,13 @@ class RelaxedHybrid(RelaxedSupernet):
         """The stem by its width; each block by its type, kernel, expansion, output width, input width (a
         stage's first block: the previous stage's or the stem's) and whether the stage's depth runs it; the head
         by its width and the last stage's."""
-        terms, position, inputs = [self.block_term(0, ("stem",))], 1, "stem"
-        for s, positions in enumerate(self.supernet.stages):
-            width = f"s{s}.width"
-            for b in range(len(positions)):
-                labels = (f"s{s}.b{b}.block", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand", width)
-                terms.append(self.block_term(position, labels + ((inputs,) if b == 0 else ()),
-                                             depth=(f"s{s}.depth", b)))
-                position += 1
-            inputs = width
-        return terms + [self.block_term(-1, (inputs, "head"))]
+        def labels(s: int, b: int) -> tuple[str, ...]:
+            inputs = ((f"s{s - 1}.width" if s else "stem"),) if b == 0 else ()
+            return (f"s{s}.b{b}.block", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand", f"s{s}.width") + inputs
+
+        last = len(self.supernet.stages) - 1
+        return ([self.block_term(0, ("stem",))] + self.stage_block_terms(1, labels)
+                + [self.block_term(-1, (f"s{last}.width", "head"))])
 
 
 # ------------------------------------------------------------------------------------------ the space

@@ -355,26 +355,16 @@ class RelaxedMobileNet(RelaxedSupernet):
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         net = self.supernet
         x = net.first(net.stem(x))
-        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
-            depth_gate, mixed = gates[f"s{s}.depth"], 0
-            for b in range(len(blocks)):
-                x = self._block(s, b, x, gates[f"s{s}.b{b}.kernel"], gates[f"s{s}.b{b}.expand"])
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x = mixed
+        for s in range(len(net.stages)):
+            x = self.depth_mixed(s, x, gates, lambda b, h: self._block(s, b, h, gates[f"s{s}.b{b}.kernel"],
+                                                                          gates[f"s{s}.b{b}.expand"]))
         return net.head(x)
 
     def cost_terms(self) -> list[CostTerm]:
         largest = self.space.blocks(self.space.largest())
         fixed = 1 + (1 if self.space.config.first_width else 0)  # stem (and the fixed first block)
-        terms = [CostTerm((), lambda values: largest[:fixed] + largest[-1:])]
-        position = fixed
-        for s, blocks in enumerate(self.supernet.stages):
-            for b in range(len(blocks)):
-                terms.append(self.block_term(position, (f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"),
-                                             depth=(f"s{s}.depth", b)))
-                position += 1
-        return terms
+        return [CostTerm((), lambda values: largest[:fixed] + largest[-1:])] + self.stage_block_terms(
+            fixed, lambda s, b: (f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"))
 
 
 # ------------------------------------------------------------------------------------------ the space

@@ -270,29 +270,28 @@ class RelaxedResNet(RelaxedSupernet):
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         net = self.supernet
         x = net.stem(x)
-        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
-            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+        for s, blocks in enumerate(net.stages):
+            width_gate = gates[f"s{s}.width"]
             out_mask = (width_gate @ getattr(self, f"out_mask_{s}")).view(1, -1, 1, 1)
-            for b, block in enumerate(blocks):
+
+            def block(b: int, h: torch.Tensor) -> torch.Tensor:
                 mid_mask = torch.einsum("w,r,wrc->c", width_gate, gates[f"s{s}.b{b}.expand"],
                                         getattr(self, f"mid_mask_{s}")).view(1, -1, 1, 1)
-                x = self._block(block, x, mid_mask, out_mask)
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x = mixed
+                return self._block(blocks[b], h, mid_mask, out_mask)
+
+            x = self.depth_mixed(s, x, gates, block)
         return net.head(x)
 
     def cost_terms(self) -> list[CostTerm]:
         largest = self.space.blocks(self.space.largest())
         last = len(self.supernet.stages) - 1
         terms = [CostTerm((), lambda values: largest[:1]), self.block_term(-1, (f"s{last}.width",))]
-        position = 1
-        for s, blocks in enumerate(self.supernet.stages):
-            for b in range(len(blocks)):
-                widths = (f"s{s}.width",) + ((f"s{s - 1}.width",) if b == 0 and s > 0 else ())
-                terms.append(self.block_term(position, widths + (f"s{s}.b{b}.expand",), depth=(f"s{s}.depth", b)))
-                position += 1
-        return terms
+
+        def labels(s: int, b: int) -> tuple[str, ...]:
+            widths = (f"s{s}.width",) + ((f"s{s - 1}.width",) if b == 0 and s > 0 else ())
+            return widths + (f"s{s}.b{b}.expand",)
+
+        return terms + self.stage_block_terms(1, labels)
 
 
 # ------------------------------------------------------------------------------------------ the space
