@@ -1,13 +1,16 @@
-"""Static building blocks shared by the classification families: conv-BN-activation, the classifier head,
-stage configs and weight initialisation."""
+"""What the classification families share: static building blocks (conv-BN-activation, the classifier head,
+weight initialisation), stage configs, and an arch's assignment in a family of stages."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn as nn
 
-__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights"]
+from .base import ArchError
+
+__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights", "stage_assignment"]
 
 
 @dataclass
@@ -62,3 +65,33 @@ def init_weights(m: nn.Module) -> None:
     elif isinstance(m, nn.Linear):
         nn.init.normal_(m.weight, 0, 0.01)
         nn.init.zeros_(m.bias)
+
+
+def stage_assignment(arch: dict, keys: Sequence[str], stage_depths: Sequence[Sequence[int]], *,
+                     per_stage: Sequence[str] = (), per_block: dict[str, Callable[[int], Any]]) -> dict[str, Any]:
+    """The assignment of `arch` in a family of stages, whose arch has exactly the keys `keys`: a list per stage of
+    `depth` (choice `s{s}.depth`, one of `stage_depths[s]`), of each key of `per_stage` (`s{s}.<key>`) and of each
+    key of `per_block`, a list of the stage's depth of values (`s{s}.b{b}.<key>`; a block past the depth takes
+    `per_block[key](s)`). Keys outside these (a stem's, a head's) are the family's to assign. Raises ArchError
+    naming the field."""
+    missing, extra = set(keys) - set(arch), set(arch) - set(keys)
+    if missing or extra:
+        raise ArchError(f"arch keys must be {', '.join(keys)} (missing {sorted(missing)}, unknown {sorted(extra)})")
+    n = len(stage_depths)
+    for key in ("depth", *per_stage, *per_block):
+        if not isinstance(arch[key], list) or len(arch[key]) != n:
+            raise ArchError(f"arch.{key}: expected a list of {n} stages")
+    values = {}
+    for s, depths in enumerate(stage_depths):
+        depth = arch["depth"][s]
+        if depth not in depths:
+            raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(depths)}")
+        values[f"s{s}.depth"] = depth
+        for key in per_stage:
+            values[f"s{s}.{key}"] = arch[key][s]
+        for key, unused in per_block.items():
+            if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
+                raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
+            for b in range(max(depths)):
+                values[f"s{s}.b{b}.{key}"] = arch[key][s][b] if b < depth else unused(s)
+    return values

@@ -40,7 +40,7 @@ from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .base import ArchBox, ArchStage, numbers_text
-from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
+from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights, stage_assignment
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -500,27 +500,11 @@ class HybridSpace(SearchSpace):
         return arch
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        missing, extra = set(self._KEYS) - set(arch), set(arch) - set(self._KEYS)
-        if missing or extra:
-            raise ArchError(f"arch keys must be {', '.join(self._KEYS)} (missing {sorted(missing)}, unknown "
-                            f"{sorted(extra)})")
-        n = len(self.config.stages)
-        for key in ("depth", "width", *self._PER_BLOCK):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {"stem": arch["stem"], "head": arch["head"]}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"], values[f"s{s}.width"] = depth, arch["width"][s]
-            firsts = {"block": self.stage_types[s][0], "kernel": self.kernels[0], "expand": self.stage_expands[s][0]}
-            for key in self._PER_BLOCK:
-                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
-                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
-                for b in range(max(stage.depths)):
-                    values[f"s{s}.b{b}.{key}"] = arch[key][s][b] if b < depth else firsts[key]
-        return values
+        unused = {"block": lambda s: self.stage_types[s][0], "kernel": lambda s: self.kernels[0],
+                  "expand": lambda s: self.stage_expands[s][0]}
+        values = stage_assignment(arch, self._KEYS, [s.depths for s in self.config.stages], per_stage=("width",),
+                                  per_block={key: unused[key] for key in self._PER_BLOCK})
+        return {"stem": arch["stem"], "head": arch["head"], **values}
 
     # ------------------------------------------------------------------ networks
     def build_supernet(self) -> HybridSupernet:

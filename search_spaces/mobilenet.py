@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
+from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights, stage_assignment
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -425,28 +425,9 @@ class MobileNetSpace(SearchSpace):
                 "expand": [[int(values[f"s{s}.b{b}.expand"]) for b in range(d)] for s, d in enumerate(depth)]}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        missing = {"depth", "kernel", "expand"} - set(arch)
-        extra = set(arch) - {"depth", "kernel", "expand"}
-        if missing or extra:
-            raise ArchError(f"arch keys must be depth, kernel, expand (missing {sorted(missing)}, "
-                            f"unknown {sorted(extra)})")
-        n = len(self.config.stages)
-        for key in ("depth", "kernel", "expand"):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"] = depth
-            for key in ("kernel", "expand"):
-                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
-                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
-            for b in range(max(stage.depths)):
-                values[f"s{s}.b{b}.kernel"] = arch["kernel"][s][b] if b < depth else self.kernels[0]
-                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.stage_expands[s][0]
-        return values
+        return stage_assignment(arch, ("depth", "kernel", "expand"), [s.depths for s in self.config.stages],
+                                per_block={"kernel": lambda s: self.kernels[0],
+                                           "expand": lambda s: self.stage_expands[s][0]})
 
     def build_supernet(self) -> MobileNetSupernet:
         return MobileNetSupernet(self)

@@ -29,7 +29,7 @@ from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
+from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights, stage_assignment
 from .relaxed import CostTerm, RelaxedSupernet, prefix_masks
 
 __all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "RelaxedResNet", "ResidualBlock", "BLOCK_TYPES"]
@@ -397,27 +397,8 @@ class ResNetSpace(SearchSpace):
                 "expand": [[float(values[f"s{s}.b{b}.expand"]) for b in range(d)] for s, d in enumerate(depth)]}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        keys = {"depth", "width", "expand"}
-        missing, extra = keys - set(arch), set(arch) - keys
-        if missing or extra:
-            raise ArchError(f"arch keys must be depth, width, expand (missing {sorted(missing)}, "
-                            f"unknown {sorted(extra)})")
-        n = len(self.config.stages)
-        for key in sorted(keys):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"] = depth
-            values[f"s{s}.width"] = arch["width"][s]
-            if not isinstance(arch["expand"][s], list) or len(arch["expand"][s]) != depth:
-                raise ArchError(f"arch.expand[{s}]: expected {depth} values (the stage depth)")
-            for b in range(max(stage.depths)):
-                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.ratios[0]
-        return values
+        return stage_assignment(arch, ("depth", "width", "expand"), [s.depths for s in self.config.stages],
+                                per_stage=("width",), per_block={"expand": lambda s: self.ratios[0]})
 
     def build_supernet(self) -> ResNetSupernet:
         return ResNetSupernet(self)
