@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from .base import ArchError
 
-__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights", "stage_assignment"]
+__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights", "stage_assignment",
+           "active_blocks"]
 
 
 @dataclass
@@ -95,3 +96,9 @@ def stage_assignment(arch: dict, keys: Sequence[str], stage_depths: Sequence[Seq
             for b in range(max(depths)):
                 values[f"s{s}.b{b}.{key}"] = arch[key][s][b] if b < depth else unused(s)
     return values
+
+
+def active_blocks(stages: Sequence[Sequence[nn.Module]], depths: Sequence[int]) -> list[nn.Module]:
+    """The blocks of a supernet's `stages` that an arch of stage depths `depths` runs: the first `depths[s]` of each
+    stage's."""
+    return [block for blocks, depth in zip(stages, depths) for block in blocks[:depth]]

@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights, stage_assignment
+from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, init_weights,
+                    stage_assignment)
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -269,16 +270,14 @@ class MobileNetSupernet(Supernet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.first(self.stem(x))
-        for blocks, depth in zip(self.stages, self.depths):
-            for block in blocks[:depth]:
-                x = block(x)
+        for block in active_blocks(self.stages, self.depths):
+            x = block(x)
         return self.head(x)
 
     def extract(self, arch: dict) -> MobileNet:
         self.set_active(arch)
         blocks = [copy.deepcopy(self.first)] if not isinstance(self.first, nn.Identity) else []
-        for stage_blocks, depth in zip(self.stages, self.depths):
-            blocks += [block.extract() for block in stage_blocks[:depth]]
+        blocks += [block.extract() for block in active_blocks(self.stages, self.depths)]
         net = MobileNet(copy.deepcopy(self.stem), blocks, copy.deepcopy(self.head))
         return net.train(self.training)
 

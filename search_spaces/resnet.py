@@ -29,7 +29,8 @@ from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights, stage_assignment
+from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, init_weights,
+                    stage_assignment)
 from .relaxed import CostTerm, RelaxedSupernet, prefix_masks
 
 __all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "RelaxedResNet", "ResidualBlock", "BLOCK_TYPES"]
@@ -221,15 +222,13 @@ class ResNetSupernet(Supernet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
-        for blocks, depth in zip(self.stages, self.depths):
-            for block in blocks[:depth]:
-                x = block(x)
+        for block in active_blocks(self.stages, self.depths):
+            x = block(x)
         return self.head(x)
 
     def extract(self, arch: dict) -> ResNet:
         self.set_active(arch)
-        blocks = [block.extract() for stage_blocks, depth in zip(self.stages, self.depths)
-                  for block in stage_blocks[:depth]]
+        blocks = [block.extract() for block in active_blocks(self.stages, self.depths)]
         net = ResNet(copy.deepcopy(self.stem), blocks, self.head.extract(self.out_width))
         return net.train(self.training)
 
