@@ -8,7 +8,7 @@ import re
 from typing import Iterable, Mapping
 
 __all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationError", "RunDirError",
-           "TrainingDiverged", "check_signs"]
+           "TrainingDiverged", "check_signs", "name_parameters"]
 
 
 class NamesParameters(Exception):
@@ -18,7 +18,12 @@ class NamesParameters(Exception):
 
     def named(self, names: Mapping[str, str]) -> str:
         """The message with each `` `parameter` `` that `names` maps written as its name there."""
-        return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), str(self))
+        return name_parameters(str(self), names)
+
+
+def name_parameters(message: str, names: Mapping[str, str]) -> str:
+    """`message` with each `` `parameter` `` that `names` maps written as its name there."""
+    return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), message)
 
 
 class ConfigError(ValueError):

@@ -156,10 +156,19 @@ def add_cost_parser(sub) -> None:
     p.set_defaults(handler=_cost)
 
 
+def _vpunn_flags():
+    """The flags of the VPUNN commands where VPUNN's errors name their parameters."""
+    from hw_cost import CostModelError
+    from nas.cli.flags import as_flags
+
+    return as_flags(also=(CostModelError,), device="--device", model_dir="--model-dir")
+
+
 def _vpunn_dpu(args) -> int:
     from hw_cost.vpunn.tables import dpu_table
 
-    n = dpu_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
+    with _vpunn_flags():
+        n = dpu_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
     log.info("costed %d DPU workloads -> %s", n, args.output)
     return 0
 
@@ -167,9 +176,10 @@ def _vpunn_dpu(args) -> int:
 def _vpunn_layer(args) -> int:
     from hw_cost.vpunn.tables import layer_table
 
-    n = layer_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device,
-                    dma_model=args.dma_model, prefetching=not args.no_prefetch, input_in_ddr=args.input_in_ddr,
-                    output_in_ddr=args.output_in_ddr, details=args.details)
+    with _vpunn_flags():
+        n = layer_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device,
+                        dma_model=args.dma_model, prefetching=not args.no_prefetch, input_in_ddr=args.input_in_ddr,
+                        output_in_ddr=args.output_in_ddr, details=args.details)
     log.info("costed %d layers -> %s", n, args.output)
     return 0
 
@@ -177,7 +187,8 @@ def _vpunn_layer(args) -> int:
 def _vpunn_dma(args) -> int:
     from hw_cost.vpunn.tables import dma_table
 
-    n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
+    with _vpunn_flags():
+        n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
     log.info("costed %d DMA transfers -> %s", n, args.output)
     return 0
 
