@@ -20,7 +20,7 @@ from search_spaces import SPACES, SpaceConfig
 from tasks import TASKS, TaskConfig
 
 from .baseline_entries import BaselineEntry, check_measured_recipes, read_baselines
-from .errors import ConfigError
+from .errors import ConfigError, check_bounds
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
 from .training.finalize import FinalizeConfig
@@ -74,8 +74,7 @@ class CostConfig:
         if self.correct == "always" and not lut:
             raise ValueError("correct: always applies to latency tables (lut:); VPUNN predicts the NPU, not this "
                              "machine")
-        if self.correction_archs < 3:
-            raise ValueError("correction_archs: must be >= 3")
+        check_bounds(self, at_least={"correction_archs": 3})
 
     @property
     def spec(self) -> CostModelSpec:
@@ -116,8 +115,7 @@ class ProbeConfig:
             raise ValueError("archs: must be 0 (no probe set) or >= 2")
         if self.epochs is not None and not self.epochs > 0:
             raise ValueError("epochs: must be > 0 (or null for the finalised archs' epochs)")
-        if self.resamples < 100:
-            raise ValueError("resamples: must be >= 100")
+        check_bounds(self, at_least={"resamples": 100})
 
 
 @dataclass

@@ -8,7 +8,7 @@ import re
 from typing import Iterable, Mapping
 
 __all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationError", "RunDirError",
-           "TrainingDiverged", "check_signs", "name_parameters"]
+           "TrainingDiverged", "check_bounds", "name_parameters"]
 
 
 class NamesParameters(Exception):
@@ -48,11 +48,14 @@ class QuantizationError(NamesParameters, ArithmeticError):
     names the parameter that sets the bound)."""
 
 
-def check_signs(settings: object, *, non_negative: Iterable[str] = (), positive: Iterable[str] = ()) -> None:
+def check_bounds(settings: object, *, non_negative: Iterable[str] = (), positive: Iterable[str] = (),
+                 at_least: Mapping[str, float] | None = None) -> None:
     """Raise ValueError `<field>: must be >= 0` for the first field of the dataclass `settings` named in
-    `non_negative` that is below 0, `<field>: must be > 0` for the first in `positive` at or below 0; NaN fails
-    both."""
-    for names, bound_met, bound in ((non_negative, lambda v: v >= 0, ">= 0"), (positive, lambda v: v > 0, "> 0")):
-        for name in names:
-            if not bound_met(getattr(settings, name)):
-                raise ValueError(f"{name}: must be {bound}")
+    `non_negative` that is below 0, `<field>: must be > 0` for the first in `positive` at or below 0, and
+    `<field>: must be >= <bound>` for the first of `at_least` (field -> bound) below its bound; NaN fails them all."""
+    bounds = [(name, 0, ">=") for name in non_negative] + [(name, 0, ">") for name in positive]
+    bounds += [(name, bound, ">=") for name, bound in (at_least or {}).items()]
+    for name, bound, relation in bounds:
+        value = getattr(settings, name)
+        if not (value >= bound if relation == ">=" else value > bound):
+            raise ValueError(f"{name}: must be {relation} {bound:g}")

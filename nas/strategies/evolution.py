@@ -23,7 +23,7 @@ import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
-from ..errors import RunDirError
+from ..errors import RunDirError, check_bounds
 from ..randomness import RunRandom
 from ..records import Candidate
 from ..search_context import SearchContext
@@ -54,10 +54,7 @@ class EvolutionConfig(FrontSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.population < 4:
-            raise ValueError("population: must be >= 4")
-        if self.generations < 1:
-            raise ValueError("generations: must be >= 1")
+        check_bounds(self, at_least={"population": 4, "generations": 1})
         if not 0 <= self.crossover_prob <= 1:
             raise ValueError("crossover_prob: must be in [0, 1]")
 

@@ -36,7 +36,7 @@ from search_spaces.elastic import ElasticBatchNorm2d
 from tasks.data import DataError, to_device
 
 from ..distributed import Distributed
-from ..errors import check_signs
+from ..errors import check_bounds
 from ..randomness import RunRandom
 from ..rundir import atomic_torch_save, load_checkpoint
 from ..runtime import check_finite
@@ -94,15 +94,11 @@ class TrainConfig:
     checkpoint_every: int = 50
 
     def __post_init__(self):
-        if self.checkpoint_every < 1:
-            raise ValueError("checkpoint_every: must be >= 1")
-        if self.sandwich_bins < 1:
-            raise ValueError("sandwich_bins: must be >= 1")
         if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
             raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
-        check_signs(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay",
+        check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay",
                                         "grad_clip"),
-                    positive=("epochs",))
+                    positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
 
 
 def to_channels_last(module: nn.Module) -> nn.Module:

@@ -33,7 +33,7 @@ from hw_cost import CostModel
 from search_spaces import SearchSpace
 from tasks.data import DataError, EpochBatches
 
-from ...errors import ConfigError, check_signs
+from ...errors import ConfigError, check_bounds
 from ...randomness import RunRandom
 from ...rundir import atomic_torch_save, load_checkpoint
 from ...runtime import check_finite
@@ -105,7 +105,7 @@ class DifferentiableConfig:
             raise ValueError("target_ms: must be > 0")
         if self.target_vs_smallest is not None and self.target_vs_smallest < 1:
             raise ValueError("target_vs_smallest: must be >= 1 (no arch is faster than the smallest)")
-        check_signs(self, non_negative=("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
+        check_bounds(self, non_negative=("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
                                         "finetune_epochs"),
                     positive=("arch_lr", "tau_start", "tau_end", "arch_tau_start", "arch_tau_end", "finetune_lr"))
         if not 0 < self.arch_fraction < 1:

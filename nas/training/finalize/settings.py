@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ...errors import check_signs
+from ...errors import check_bounds
 
 INITS = ("inherited", "scratch")
 
@@ -58,7 +58,7 @@ class FinalizeConfig:
     def __post_init__(self):
         if self.init not in INITS:
             raise ValueError(f"init: {self.init!r} is not one of {', '.join(INITS)}")
-        check_signs(self, non_negative=("archs", "screen_archs", "warmup_epochs", "kd_ratio", "run_budget_minutes"),
+        check_bounds(self, non_negative=("archs", "screen_archs", "warmup_epochs", "kd_ratio", "run_budget_minutes"),
                     positive=("epochs",))
         if self.batch_size < 0:
             raise ValueError("batch_size: must be >= 0 (0 = the task's batch_size)")
