@@ -312,16 +312,6 @@ def write_baseline_results(path: Path, results: Sequence[BaselineResult], metric
     write_csv(path, *baseline_rows(results, metric, devices))
 
 
-def _older_type(note: str, arch: dict) -> str:
-    """The type of a baselines.csv row from before the `type` column, told from its note and arch."""
-    network = arch.get("network")
-    if isinstance(network, str) and not network.startswith("zoo-"):
-        return "reference"
-    if note.startswith("bicubic"):
-        return "bicubic"
-    return "standalone" if "trained from scratch" in note else "subnet"
-
-
 def read_baseline_results(path: Path) -> list[BaselineResult]:
     """The baselines of a run's baselines.csv ([] when the run has none); the metric is its third column."""
     if not Path(path).exists():
@@ -330,6 +320,9 @@ def read_baseline_results(path: Path) -> list[BaselineResult]:
     if not rows:
         return []
     metric = metric_of_columns(list(rows[0]), path)
+    if "type" not in rows[0]:
+        raise RunDirError(f"{path}: no type column (a baselines table of an older vpunas); score the run's "
+                          "baselines again to read it")
     devices = [c.removesuffix("_ms") for c in rows[0] if c.endswith("_ms") and c != "latency_ms"]
     out = []
     for r in rows:
@@ -339,7 +332,7 @@ def read_baseline_results(path: Path) -> list[BaselineResult]:
             raise RunDirError(f"{path}: baseline {r['name']!r} has an arch that is not JSON: damaged") from None
         note = r.get("note", "")
         out.append(BaselineResult(
-            r["name"], r.get("type") or _older_type(note, arch), arch, metric, _number(r.get(metric, "")),
+            r["name"], r["type"], arch, metric, _number(r.get(metric, "")),
             {k.removeprefix("test_"): float(v) for k, v in r.items() if k.startswith("test_") and v != ""},
             float(r["latency_ms"]), r["cost_model"], int(r["params"]), int(r["macs"]), note,
             _number(r.get("epochs", "")), {d: float(r[f"{d}_ms"]) for d in devices if r.get(f"{d}_ms", "") != ""},

@@ -1,4 +1,5 @@
 """The candidate and baseline records: their journal lines and their csv rows read back as they were written."""
+import csv
 from dataclasses import replace
 
 import pytest
@@ -7,6 +8,7 @@ from nas.records import (BaselineResult, Candidate, FinalScores, read_baseline_r
                          write_baseline_results, write_candidates)
 from nas.errors import RunDirError
 from search_spaces import arch_key
+from conftest import made_up_baseline
 
 
 def _candidates():
@@ -78,3 +80,17 @@ def test_baselines_csv_and_journal_keep_where_measured_figures_come_from(tmp_pat
         assert BaselineResult.from_journal(result.journal_entry(), "top1") == result
     write_baseline_results(tmp_path / "plain.csv", [trained], "top1", ["VPU_2_7"])
     assert "scores_from" not in (tmp_path / "plain.csv").read_text()
+
+
+def test_a_baselines_csv_without_a_type_column_is_refused(tmp_path):
+    """A baseline's type is a column of its own; the reader never tells it from the arch or the note."""
+    path = tmp_path / "baselines.csv"
+    write_baseline_results(path, [made_up_baseline("b", 80.0, 0.1, arch={"depth": [1, 2]})], "top1", [])
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, [c for c in rows[0] if c != "type"], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(RunDirError, match="baselines.csv: no type column"):
+        read_baseline_results(path)

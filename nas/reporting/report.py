@@ -32,11 +32,11 @@ def fidelity_of(candidates: Sequence[Candidate]) -> float | None:
 def reference_label(baseline: BaselineResult) -> str | None:
     """The papers' name of a reference baseline (one whose arch names a torchvision network,
     `nas.baselines.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
-    network = baseline.arch.get("network")
-    if baseline.type != "reference" or not isinstance(network, str) or network.startswith("zoo-"):
+    if baseline.type != "reference":
         return None
+    network = baseline.arch["network"]
     if network == "mobilenet_v2":
-        width = f"{float(baseline.arch.get('width', 1.0)):g}"
+        width = f"{float(baseline.arch['width']):g}"
         return f"MobileNetV2-{width}{'' if '.' in width else '.0'}"
     return f"ResNet{network.removeprefix('resnet')}-style"
 
