@@ -1,5 +1,6 @@
 """What the classification families share: static building blocks (conv-BN-activation, the classifier head,
-weight initialisation), stage configs, and an arch's assignment in a family of stages."""
+weight initialisation), stage configs and their checks, the expanded width of an inverted residual, and an arch's
+assignment in a family of stages."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,9 +10,10 @@ import torch
 import torch.nn as nn
 
 from .base import ArchError
+from .elastic import make_divisible
 
 __all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights", "stage_assignment",
-           "active_blocks"]
+           "active_blocks", "expanded_width", "check_stage_depths", "kernel_choices", "stage_expand_ratios"]
 
 
 @dataclass
@@ -102,3 +104,38 @@ def active_blocks(stages: Sequence[Sequence[nn.Module]], depths: Sequence[int]) 
     """The blocks of a supernet's `stages` that an arch of stage depths `depths` runs: the first `depths[s]` of each
     stage's."""
     return [block for blocks, depth in zip(stages, depths) for block in blocks[:depth]]
+
+
+def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
+    """An inverted residual's expanded width: the input width itself at ratio 1, else the input width times the
+    ratio rounded to `divisor`."""
+    return in_channels if expand_ratio == 1 else make_divisible(in_channels * expand_ratio, divisor)
+
+
+def check_stage_depths(stages: Sequence) -> None:
+    """Raise ArchError unless there is a stage and each searches at least one depth, all >= 1."""
+    if not stages:
+        raise ArchError("space.stages: at least one stage is needed")
+    for i, stage in enumerate(stages):
+        if not stage.depths or min(stage.depths) < 1:
+            raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
+
+
+def kernel_choices(kernel_sizes: Sequence[int]) -> tuple[int, ...]:
+    """The searched kernel sizes, ascending; ArchError unless there are some, all odd."""
+    if not kernel_sizes or any(k % 2 == 0 or k < 1 for k in kernel_sizes):
+        raise ArchError(f"space.kernel_sizes: odd sizes only, got {kernel_sizes}")
+    return tuple(sorted(set(kernel_sizes)))
+
+
+def stage_expand_ratios(ratios: Sequence[int], stages: Sequence) -> list[tuple[int, ...]]:
+    """Per stage, its expansion ratios ascending: the stage's own `expand_ratios`, else the space's `ratios`;
+    ArchError unless each set has some, all >= 1 (1: the expanded width is the input width)."""
+    def checked(values, where: str) -> tuple[int, ...]:
+        if not values or any(e < 1 for e in values):
+            raise ArchError(f"{where}: ratios must be >= 1, got {values}")
+        return tuple(sorted(set(values)))
+
+    space_ratios = checked(ratios, "space.expand_ratios")
+    return [space_ratios if stage.expand_ratios is None
+            else checked(stage.expand_ratios, f"space.stages[{i}].expand_ratios") for i, stage in enumerate(stages)]

@@ -40,8 +40,9 @@ from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .base import ArchBox, ArchStage, numbers_text
-from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights, stage_assignment
-from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
+from .common import (ClassifierHead, ConvBnAct, StemBlocksHead, check_stage_depths, expanded_width, init_weights,
+                    kernel_choices, stage_assignment, stage_expand_ratios)
+from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
 __all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
@@ -101,11 +102,6 @@ class HybridSpaceConfig:
 def _layout(kind: str) -> tuple[bool, bool, bool]:
     """(depthwise conv on the input, depthwise conv inside the expansion, dense k x k expansion) of a type."""
     return kind in ("convnext", "extradw"), kind in ("ib", "extradw"), kind == "fused"
-
-
-def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
-    """A block's expanded width: its input width times the ratio, rounded to `divisor`."""
-    return make_divisible(in_channels * expand_ratio, divisor)
 
 
 # ------------------------------------------------------------------------------------------ static modules
@@ -434,43 +430,29 @@ class HybridSpace(SearchSpace):
     def __init__(self, config: HybridSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
         divisor = config.channel_divisor
-        if not config.stages:
-            raise ArchError("space.stages: at least one stage is needed")
+        check_stage_depths(config.stages)
         if config.activation not in ACTIVATIONS:
             raise ArchError(f"space.activation: {config.activation!r} is not one of {sorted(ACTIVATIONS)} (the "
                             "activations the NPU fuses into its convolutions)")
-        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes) or not config.kernel_sizes:
-            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
         self._widths(config.stem_widths, divisor, "space.stem_widths")
         self._widths(config.head_widths, 1, "space.head_widths")
         for i, stage in enumerate(config.stages):
             self._widths(stage.widths, divisor, f"space.stages[{i}].widths")
-            if not stage.depths or min(stage.depths) < 1:
-                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
             unknown = sorted(set(stage.block_types) - set(BLOCK_TYPES))
             if not stage.block_types or unknown:
                 raise ArchError(f"space.stages[{i}].block_types: expected some of {list(BLOCK_TYPES)}, got "
                                 f"{stage.block_types}")
         self.config = config
         self.act_layer = ACTIVATIONS[config.activation]
-        self.kernels = tuple(sorted(set(config.kernel_sizes)))
-        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
+        self.kernels = kernel_choices(config.kernel_sizes)
         #: per stage: its expansion ratios and its block types (in `BLOCK_TYPES` order)
-        self.stage_expands = [space_ratios if stage.expand_ratios is None
-                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
-                              for i, stage in enumerate(config.stages)]
+        self.stage_expands = stage_expand_ratios(config.expand_ratios, config.stages)
         self.stage_types = [tuple(t for t in BLOCK_TYPES if t in stage.block_types) for stage in config.stages]
 
     @staticmethod
     def _widths(widths: list[int], divisor: int, where: str) -> None:
         if not widths or any(w < 1 or w % divisor for w in widths):
             raise ArchError(f"{where}: positive multiples of {divisor} needed, got {widths}")
-
-    @staticmethod
-    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
-        if not ratios or any(e < 1 for e in ratios):
-            raise ArchError(f"{where}: ratios must be >= 1, got {ratios}")
-        return tuple(sorted(set(ratios)))
 
     # ------------------------------------------------------------------ the choices and the arch dict
     def _build_choices(self) -> list[Choice]:

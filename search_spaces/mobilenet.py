@@ -29,13 +29,13 @@ import torch.nn.functional as F
 from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
-from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, init_weights,
-                    stage_assignment)
+from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, check_stage_depths,
+                    expanded_width, init_weights, kernel_choices, stage_assignment, stage_expand_ratios)
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
 __all__ = ["MobileNetStageConfig", "MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
-           "SqueezeExcite", "MobileNet", "RelaxedMobileNet", "expanded_width", "se_width"]
+           "SqueezeExcite", "MobileNet", "RelaxedMobileNet", "se_width"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
 
@@ -51,11 +51,6 @@ class MobileNetStageConfig(StageConfig):
     expand_ratios: Optional[list[int]] = None
     se: bool = False
     activation: Optional[str] = None
-
-
-def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
-    """A block's expanded width: the input width itself at ratio 1 (no expand conv), else rounded to `divisor`."""
-    return in_channels if expand_ratio == 1 else make_divisible(in_channels * expand_ratio, divisor)
 
 
 def se_width(channels: int) -> int:
@@ -375,13 +370,8 @@ class MobileNetSpace(SearchSpace):
 
     def __init__(self, config: MobileNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
-        if not config.stages:
-            raise ArchError("space.stages: at least one stage is needed")
-        for i, stage in enumerate(config.stages):
-            if not stage.depths or min(stage.depths) < 1:
-                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
-        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
-            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
+        check_stage_depths(config.stages)
+        self.kernels = kernel_choices(config.kernel_sizes)
         self.config = config
         self.act_layer = ACTIVATIONS[self._activation(config.activation, "space.activation")]
         self.first_activation = self._activation(config.first_activation or config.activation,
@@ -390,23 +380,13 @@ class MobileNetSpace(SearchSpace):
         self.stage_activations = [self._activation(stage.activation or config.activation,
                                                    f"space.stages[{i}].activation")
                                   for i, stage in enumerate(config.stages)]
-        self.kernels = tuple(sorted(config.kernel_sizes))
-        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
-        self.stage_expands = [space_ratios if stage.expand_ratios is None
-                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
-                              for i, stage in enumerate(config.stages)]
+        self.stage_expands = stage_expand_ratios(config.expand_ratios, config.stages)
 
     @staticmethod
     def _activation(name: str, where: str) -> str:
         if name not in ACTIVATIONS:
             raise ArchError(f"{where}: {name!r} is not one of {sorted(ACTIVATIONS)}")
         return name
-
-    @staticmethod
-    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
-        if not ratios or any(e < 1 for e in ratios):
-            raise ArchError(f"{where}: ratios must be >= 1 (1 = no expand conv), got {ratios}")
-        return tuple(sorted(set(ratios)))
 
     def _build_choices(self) -> list[Choice]:
         choices = []
