@@ -67,6 +67,12 @@ class CostModel(ABC):
     #: with a `table` only; None: the latencies as measured or predicted
     correction = None
 
+    @property
+    def is_measured(self) -> bool:
+        """Whether it looks up latencies measured on a machine (`table`), which a run checks against this machine
+        and corrects; False for a model that predicts a device."""
+        return self.table is not None
+
     @abstractmethod
     def block_latencies_ms(self, blocks: Sequence[Block]) -> np.ndarray:
         """Latency of each block in milliseconds, in the order given."""

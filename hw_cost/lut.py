@@ -164,7 +164,7 @@ class LutCostModel(CostModel):
         return out if self.correction is None else out * self.correction.scale
 
 
-register_cost_model("lut")(LutCostModel.from_file)  # specs "lut:<table.json>"
+register_cost_model("lut", table=True)(LutCostModel.from_file)  # specs "lut:<table.json>"
 
 
 def collect_latency_table(blocks: Sequence[Block], network_input_shape, settings: MeasureSettings,

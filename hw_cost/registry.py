@@ -7,26 +7,38 @@ registered once `hw_cost` is imported.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from .cost_model import CostModel, CostModelError
 
-__all__ = ["COST_MODEL_KINDS", "CostModelSpec", "load_cost_model", "register_cost_model"]
-
-#: kind -> loader(argument, **options) of the specs "<kind>:<argument>"
-COST_MODEL_KINDS: dict[str, Callable[..., CostModel]] = {}
+__all__ = ["COST_MODEL_KINDS", "CostModelKind", "CostModelSpec", "load_cost_model", "register_cost_model"]
 
 
-def register_cost_model(kind: str) -> Callable[[Callable[..., CostModel]], Callable[..., CostModel]]:
+class CostModelKind(NamedTuple):
+    """A registered kind of cost model: `load(argument, **options) -> CostModel` builds the model of a spec
+    `<kind>:<argument>`; `table` says its specs name a latency table measured on some machine (a file, read
+    relative to the config that names it), which a run checks against this machine and corrects."""
+
+    load: Callable[..., CostModel]
+    table: bool = False
+
+
+#: kind -> its loader and capabilities
+COST_MODEL_KINDS: dict[str, CostModelKind] = {}
+
+
+def register_cost_model(kind: str, *, table: bool = False) -> Callable[[Callable[..., CostModel]],
+                                                                        Callable[..., CostModel]]:
     """Function decorator: registers a loader `loader(argument, **options) -> CostModel` for the specs
-    `<kind>:<argument>`."""
+    `<kind>:<argument>` (`table`: see `CostModelKind`)."""
     if not kind.isidentifier():
         raise ValueError(f"register_cost_model: {kind!r} is not an identifier")
 
     def register(loader: Callable[..., CostModel]) -> Callable[..., CostModel]:
-        if COST_MODEL_KINDS.get(kind, loader) is not loader:
-            raise ValueError(f"register_cost_model: {kind!r} is taken by {COST_MODEL_KINDS[kind].__qualname__}")
-        COST_MODEL_KINDS[kind] = loader
+        taken = COST_MODEL_KINDS.get(kind)
+        if taken is not None and taken.load is not loader:
+            raise ValueError(f"register_cost_model: {kind!r} is taken by {taken.load.__qualname__}")
+        COST_MODEL_KINDS[kind] = CostModelKind(loader, table)
         return loader
 
     return register
@@ -58,6 +70,12 @@ class CostModelSpec:
     def __str__(self) -> str:
         return f"{self.kind}:{self.argument}"
 
+    @property
+    def is_table(self) -> bool:
+        """Whether it names a latency table measured on some machine (`CostModelKind.table`): its argument is the
+        table's file, its latencies are checked against this machine and corrected to it."""
+        return COST_MODEL_KINDS[self.kind].table
+
 
 def load_cost_model(spec: CostModelSpec | str, **options) -> CostModel:
     """Build a cost model from a spec, or its text such as "lut:path/to/table.json" or "vpunn:VPU_2_7".
@@ -66,4 +84,4 @@ def load_cost_model(spec: CostModelSpec | str, **options) -> CostModel:
     """
     if isinstance(spec, str):
         spec = CostModelSpec.parse(spec)
-    return COST_MODEL_KINDS[spec.kind](spec.argument, **options)
+    return COST_MODEL_KINDS[spec.kind].load(spec.argument, **options)

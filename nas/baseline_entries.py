@@ -49,6 +49,8 @@ class BaselineEntry:
     """
 
     type: ClassVar[str]
+    #: its arch is one of the space's family (a report draws it as the family draws its archs)
+    family_arch: ClassVar[bool] = False
     name: str
     written: tuple[str, ...] = dataclasses.field(default=(), repr=False, compare=False)
 
@@ -77,6 +79,7 @@ class SubnetBaseline(BaselineEntry):
     weights."""
 
     type: ClassVar[str] = "subnet"
+    family_arch: ClassVar[bool] = True
     arch: Union[str, dict] = "largest"
 
 
@@ -110,6 +113,7 @@ class StandaloneBaseline(TrainedBaseline):
     (`SearchSpace.reference_network`), trained from scratch."""
 
     type: ClassVar[str] = "standalone"
+    family_arch: ClassVar[bool] = True
     arch: Union[str, dict, None] = None
 
     def _check(self) -> None:

@@ -20,7 +20,7 @@ from search_spaces import SPACES, SpaceConfig
 from tasks import TASKS, TaskConfig
 
 from .baseline_entries import BaselineEntry, check_measured_recipes, read_baselines
-from .errors import ConfigError
+from .errors import ConfigError, check_bounds
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
 from .training.finalize import FinalizeConfig
@@ -60,7 +60,7 @@ class CostConfig:
 
     def __post_init__(self):
         try:
-            lut = self.spec.kind == "lut"
+            lut = self.spec.is_table
         except CostModelError as exc:
             raise ValueError(f"model: {exc}") from None
         if self.dtype not in ("uint8", "fp16"):
@@ -74,8 +74,7 @@ class CostConfig:
         if self.correct == "always" and not lut:
             raise ValueError("correct: always applies to latency tables (lut:); VPUNN predicts the NPU, not this "
                              "machine")
-        if self.correction_archs < 3:
-            raise ValueError("correction_archs: must be >= 3")
+        check_bounds(self, at_least={"correction_archs": 3})
 
     @property
     def spec(self) -> CostModelSpec:
@@ -84,7 +83,7 @@ class CostConfig:
 
     def options(self) -> dict:
         """Keyword options of `hw_cost.load_cost_model` for the run's cost model."""
-        if self.spec.kind == "lut":
+        if self.spec.is_table:
             return {"measure_missing": self.measure_missing}
         return self.vpunn_options()
 
@@ -116,8 +115,7 @@ class ProbeConfig:
             raise ValueError("archs: must be 0 (no probe set) or >= 2")
         if self.epochs is not None and not self.epochs > 0:
             raise ValueError("epochs: must be > 0 (or null for the finalised archs' epochs)")
-        if self.resamples < 100:
-            raise ValueError("resamples: must be >= 100")
+        check_bounds(self, at_least={"resamples": 100})
 
 
 @dataclass
@@ -139,7 +137,7 @@ class _TopLevel:
 
 
 def _task_configs() -> dict[str, type]:
-    return {name: cfg for name, (cfg, _) in TASKS.items()}
+    return {name: kind.config_class for name, kind in TASKS.items()}
 
 
 def _search_config(raw: Any):
@@ -300,7 +298,7 @@ def _resolve_path(value: str, base: Path) -> str:
 
 def load_space_config(raw: Any) -> SpaceConfig:
     """The space section's dataclass (by its `type`, default mobilenet) from a raw mapping."""
-    return _dispatch(raw, "space", "type", {k: c for k, (_, c) in SPACES.items()}, "mobilenet")
+    return _dispatch(raw, "space", "type", {name: family.config_class for name, family in SPACES.items()}, "mobilenet")
 
 
 def _read_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict:
@@ -350,7 +348,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     space = load_space_config(top.space)
     search = _search_config(top.search)
     cost = _structured(CostConfig, top.cost, "cost")
-    if cost.spec.kind == "lut":
+    if cost.spec.is_table:  # a file, named relative to the config
         cost.model = str(dataclasses.replace(cost.spec, argument=_resolve_path(cost.spec.argument, base)))
     if cost.model_dir:
         cost.model_dir = _resolve_path(cost.model_dir, base)

@@ -7,42 +7,20 @@ report, `vpunas cost` of its archs) asks for the CPU instead: it trains nothing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
 from hw_cost import CostModel, CostModelSpec, load_cost_model
-from search_spaces import SearchSpace, build_space
+from search_spaces import build_space
 from tasks import build_task
 
 from .config import ConfigError, CostConfig, RunConfig
-from .distributed import Distributed, current
+from .distributed import current
 from .latency.lut_validation import load_run_correction
-from .randomness import RunRandom
 from .rundir import RunDir
+from .search_context import SearchContext
 
-__all__ = ["SearchContext", "build_context", "build_task_and_space", "resolve_device", "run_cost_model",
+__all__ = ["build_context", "build_task_and_space", "resolve_device", "run_cost_model",
            "npu_generation_model"]
-
-
-@dataclass
-class SearchContext:
-    """What a strategy works with: `device` is where models train and run (the CPU for a context built by hand,
-    as tests do), `dist` the run's processes."""
-
-    config: RunConfig
-    run_dir: RunDir
-    task: object
-    space: SearchSpace
-    cost_model: CostModel
-    progress: bool = True
-    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    dist: Distributed = field(default_factory=Distributed)
-
-    @property
-    def random(self) -> RunRandom:
-        """The run's random streams, derived from its seed (`nas.randomness`)."""
-        return RunRandom(self.config.seed)
 
 
 def resolve_device(requested: str, local_rank: int = 0) -> torch.device:
@@ -66,7 +44,7 @@ def run_cost_model(config: RunConfig, run_dir: RunDir) -> CostModel:
     """The run's cost model as the run uses it: with its options, a latency table corrected to the run's machine
     when the run recorded a correction (`nas.latency.lut_validation`)."""
     cost_model = load_cost_model(config.cost.spec, **config.cost.options())
-    if cost_model.table is not None:
+    if cost_model.is_measured:
         load_run_correction(cost_model, run_dir)
     return cost_model
 

@@ -5,10 +5,10 @@ A leaf module (it imports nothing of the project), so every part of `nas` can ra
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Iterable, Mapping
 
 __all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationError", "RunDirError",
-           "TrainingDiverged"]
+           "TrainingDiverged", "check_bounds", "name_parameters"]
 
 
 class NamesParameters(Exception):
@@ -18,7 +18,12 @@ class NamesParameters(Exception):
 
     def named(self, names: Mapping[str, str]) -> str:
         """The message with each `` `parameter` `` that `names` maps written as its name there."""
-        return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), str(self))
+        return name_parameters(str(self), names)
+
+
+def name_parameters(message: str, names: Mapping[str, str]) -> str:
+    """`message` with each `` `parameter` `` that `names` maps written as its name there."""
+    return re.sub(r"`(\w+)`", lambda m: names.get(m.group(1), m.group(0)), message)
 
 
 class ConfigError(ValueError):
@@ -41,3 +46,16 @@ class TrainingDiverged(ArithmeticError):
 class QuantizationError(NamesParameters, ArithmeticError):
     """An INT8 model lost more of its task metric than allowed (the message gives both metrics and the bound, and
     names the parameter that sets the bound)."""
+
+
+def check_bounds(settings: object, *, non_negative: Iterable[str] = (), positive: Iterable[str] = (),
+                 at_least: Mapping[str, float] | None = None) -> None:
+    """Raise ValueError `<field>: must be >= 0` for the first field of the dataclass `settings` named in
+    `non_negative` that is below 0, `<field>: must be > 0` for the first in `positive` at or below 0, and
+    `<field>: must be >= <bound>` for the first of `at_least` (field -> bound) below its bound; NaN fails them all."""
+    bounds = [(name, 0, ">=") for name in non_negative] + [(name, 0, ">") for name in positive]
+    bounds += [(name, bound, ">=") for name, bound in (at_least or {}).items()]
+    for name, bound, relation in bounds:
+        value = getattr(settings, name)
+        if not (value >= bound if relation == ">=" else value > bound):
+            raise ValueError(f"{name}: must be {relation} {bound:g}")

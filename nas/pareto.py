@@ -5,7 +5,7 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["pareto_mask", "front_at_latency"]
+__all__ = ["pareto_mask"]
 
 
 def pareto_mask(metric: Sequence[float], latency: Sequence[float]) -> np.ndarray:
@@ -18,9 +18,3 @@ def pareto_mask(metric: Sequence[float], latency: Sequence[float]) -> np.ndarray
         mask[NonDominatedSorting().do(objectives, only_non_dominated_front=True)] = True
     return mask
 
-
-def front_at_latency(metric: Sequence[float], latency: Sequence[float], budget_ms: float) -> float | None:
-    """The best metric on the front within a latency budget (None when nothing is that fast)."""
-    metric, latency = np.asarray(metric, dtype=float), np.asarray(latency, dtype=float)
-    ok = latency <= budget_ms
-    return float(metric[ok].max()) if ok.any() else None

@@ -25,6 +25,11 @@ STREAMS: dict[str, int] = {
     "sandwich.archs": 7,  # the random archs of a supernet training step, by (epoch, step)
     "sandwich.pool": 41,  # the pool of archs a supernet trained within a latency window draws from
     "lut_correction.archs": 23,  # the networks measured to check a latency table on this machine
+    "sandwich.noise": 53,  # torch's own draws (dropout) in a supernet training step, by (epoch, step)
+    "finalize.dropout": 59,  # each finalised net's dropouts in a lockstep step, by (epoch, step[, net, dropout])
+    "differentiable.arch_batches": 61,  # the order of the architecture steps' batches
+    "differentiable.noise": 67,  # torch's own draws in a search step, by (epoch, step)
+    "differentiable.finetune_noise": 71,  # torch's own draws in a fine-tuning step, by (epoch, step)
 }
 
 
@@ -43,7 +48,11 @@ class RunRandom:
         """A numpy generator of `stream` at `counters` (e.g. epoch, step)."""
         return np.random.default_rng(self._entropy(stream, counters))
 
+    def seed_of(self, stream: str, *counters: int) -> int:
+        """A seed (a non-negative int63) of `stream` at `counters`, for what takes a seed: torch's global
+        generators, a module's own generator, a batch order."""
+        return int(np.random.SeedSequence(self._entropy(stream, counters)).generate_state(1, dtype=np.uint64)[0] >> 1)
+
     def torch(self, stream: str, *counters: int) -> torch.Generator:
         """A torch generator (CPU) of `stream` at `counters`."""
-        seed = np.random.SeedSequence(self._entropy(stream, counters)).generate_state(1, dtype=np.uint64)[0] >> 1
-        return torch.Generator().manual_seed(int(seed))
+        return torch.Generator().manual_seed(self.seed_of(stream, *counters))

@@ -6,7 +6,7 @@ Resuming is the same call with `resume=True`: every phase skips what its checkpo
 
 Started by torchrun (`nas.distributed`), the processes train the supernet together and share the evolution's
 and the test split's evaluations; rank 0 alone writes the run directory, and finalises and scores the baselines
-while the others wait for its rows.
+while the others wait for its candidates.
 
 `probe_run` is `vpunas probe`'s run: the probe set of a finished run (`nas.ranking.probe`) scored on its supernet,
 and its report rebuilt.
@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -27,16 +28,18 @@ from search_spaces import arch_key
 from .baselines.scoring import check_baselines, evaluate_baselines
 from .baselines.workers import BaselineWorkers
 from .config import ConfigError, RunConfig, config_to_yaml, first_difference, load_config, supernet_source
-from .context import SearchContext, build_context, resolve_device
+from .context import build_context, resolve_device
 from .distributed import Distributed, start
 from .errors import ParameterError, RunDirError
 from .latency.lut_validation import correct_for_this_machine, load_run_correction, measured_beside_predicted
 from .pareto import pareto_mask
 from .ranking.probe import score_probe
+from .records import Candidate, FinalScores, write_candidates
 from .reporting.build import build_report
-from .reporting.report import candidate_columns, candidate_rows, read_stage_times
-from .rundir import RunDir, atomic_write_text, write_csv
-from .strategies import STRATEGIES, SearchStrategy
+from .reporting.report import read_stage_times
+from .rundir import RunDir, atomic_write_text
+from .search_context import SearchContext
+from .strategies import STRATEGIES, SearchOutcome, SearchStrategy
 from .training.evaluation import ArchEvaluator, CachedEvaluator
 from .training.finalize import finalize
 from .training.supernet_training import load_trained_supernet
@@ -159,12 +162,14 @@ def _attach_log(run_dir: RunDir) -> logging.Handler:
     return handler
 
 
-def write_results(ctx: SearchContext, records: list[dict], test_metrics: dict[str, float],
-                  finals: dict[str, dict] | None = None) -> list[dict]:
-    metric = ctx.task.metric
-    rows = candidate_rows(records, metric, test_metrics, finals)
-    write_csv(ctx.run_dir.candidates, rows, candidate_columns(rows, metric))
-    return rows
+def write_results(ctx: SearchContext, records: list[Candidate], test_metrics: dict[str, float],
+                  finals: dict[str, FinalScores] | None = None) -> list[Candidate]:
+    """candidates.csv of the run's candidates `records`, with the test metric of those `test_metrics` has (by
+    journal key) and the finalised scores of those `finals` has (by arch key); returns the candidates written."""
+    finals = finals or {}
+    return write_candidates(ctx.run_dir.candidates,
+                            [replace(c, test_score=test_metrics.get(c.key), final=finals.get(arch_key(c.arch)))
+                             for c in records])
 
 
 def _start_strategy(ctx: SearchContext) -> SearchStrategy:
@@ -174,7 +179,7 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
     cls = STRATEGIES[ctx.config.search.strategy]
     path = ctx.run_dir.strategy_state
 
-    def on_generation(records: list[dict]) -> None:
+    def on_generation(records: list[Candidate]) -> None:
         write_results(ctx, records, {})  # the front so far is on disk while the search runs
         if cls.persists_state:
             atomic_write_text(path, json.dumps(strategy.state_dict(), indent=1) + "\n")
@@ -185,13 +190,13 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
             state = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it "
-                              "to resume without its check of the search, or start a new run with --out") from None
+                              "to resume without its check of the search, or start a new run in another run directory") from None
         strategy.load_state_dict(state)
     return strategy
 
 
-def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progress: bool = True) -> list[dict]:
-    """Run (or resume) the whole search on `device` (`prepare_run`'s); returns the candidate rows written to
+def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progress: bool = True) -> list[Candidate]:
+    """Run (or resume) the whole search on `device` (`prepare_run`'s); returns the candidates written to
     candidates.csv (in every process of a torchrun launch)."""
     ctx = build_context(config, run_dir, device, progress)
     dist = ctx.dist
@@ -212,7 +217,7 @@ def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progres
         logger.info("run %s: %s; cost model %s; %d threads on %s%s", run_dir.path, ctx.space.describe(),
                     ctx.cost_model.name, config.threads, ctx.device,
                     f", {dist.world_size} processes" if dist.enabled else "")
-        if ctx.cost_model.table is not None:  # measured latencies: checked against this machine
+        if ctx.cost_model.is_measured:  # measured latencies: checked against this machine
             clock.start("latency correction")
             if dist.is_main:  # measured by one process, on an otherwise idle machine
                 correct_for_this_machine(ctx.space, ctx.cost_model, config.cost.correct,
@@ -225,15 +230,15 @@ def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progres
         records = outcome.evaluate.records
         # the test split scores the front only, after the search (the search itself never looks at it)
         clock.start("test scoring")
-        on_front = pareto_mask([r[ctx.task.metric] for r in records], [r["latency_ms"] for r in records])
+        on_front = pareto_mask([c.score for c in records], [c.latency_ms for c in records])
         test_eval = CachedEvaluator(lambda arch: {"key": arch_key(arch),
                                                   "test": outcome.evaluator.metric(arch, "test")},
                                     run_dir.test_journal, dist=dist)
         front = [r for r, on in zip(records, on_front) if on]
-        test_metrics = {r["key"]: round(t["test"], 4)
-                        for r, t in zip(front, test_eval.evaluate_all([r["arch"] for r in front]))}
-        rows = _finish(ctx, outcome, records, test_metrics, clock, started, workers) if dist.is_main else None
-        return dist.broadcast(rows)
+        test_metrics = {c.key: round(t["test"], 4)
+                        for c, t in zip(front, test_eval.evaluate_all([c.arch for c in front]))}
+        written = _finish(ctx, outcome, records, test_metrics, clock, started, workers) if dist.is_main else None
+        return dist.broadcast(written)
     except KeyboardInterrupt:  # an interrupted session's time counts; an error's does not
         if dist.is_main:
             clock.save()
@@ -249,23 +254,23 @@ def run_search(config: RunConfig, run_dir: RunDir, device: torch.device, progres
 TARGET_TOLERANCE = 0.10
 
 
-def _log_against_target(ctx: SearchContext, finalised: list[dict], measured: dict[str, float]) -> None:
+def _log_against_target(ctx: SearchContext, finalised: list[Candidate], measured: dict[str, float]) -> None:
     """A search with a latency target (`SearchStrategy.latency_target_ms`): each finalised arch's latency measured
     end to end on this machine against it."""
     target = ctx.config.search.latency_target_ms(ctx.space, ctx.cost_model)
-    for record in finalised if target else ():
-        ms = measured.get(arch_key(record["arch"]))
+    for candidate in finalised if target else ():
+        ms = measured.get(arch_key(candidate.arch))
         if ms is not None:
             off = ms / target - 1
             within = abs(off) <= TARGET_TOLERANCE
             logger.log(logging.INFO if within else logging.WARNING,
                        "latency target %.4f ms: arch %d measured %.4f ms end to end on this machine (%+.1f%%, %s "
-                       "+-%d%%; %.4f ms on the cost model)", target, record["id"], ms, 100 * off,
-                       "within" if within else "outside", 100 * TARGET_TOLERANCE, record["latency_ms"])
+                       "+-%d%%; %.4f ms on the cost model)", target, candidate.id, ms, 100 * off,
+                       "within" if within else "outside", 100 * TARGET_TOLERANCE, candidate.latency_ms)
 
 
-def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict[str, float], clock: StageClock,
-            started: float, workers: BaselineWorkers) -> list[dict]:
+def _finish(ctx: SearchContext, outcome: SearchOutcome, records: list[Candidate], test_metrics: dict[str, float],
+            clock: StageClock, started: float, workers: BaselineWorkers) -> list[Candidate]:
     """Rank 0's part after the search: candidates.csv, finalisation, measurements, baselines, the report."""
     run_dir = ctx.run_dir
     write_results(ctx, records, test_metrics)  # the searched front is on disk while finalisation runs
@@ -274,9 +279,9 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     finals = finalize(ctx, records, outcome.evaluator, seconds_left=budget * 60 - clock.elapsed() if budget else None)
     clock.start("measuring the finalised archs")
     # measured beside predicted, for the report: kept out of candidates.csv, which the seed determines
-    finalised = list({key: r for r in records if (key := arch_key(r["arch"])) in finals}.values())
+    finalised = list({key: c for c in records if (key := arch_key(c.arch)) in finals}.values())
     _log_against_target(ctx, finalised, measured_beside_predicted(ctx, finalised))
-    rows = write_results(ctx, records, test_metrics, finals)
+    written = write_results(ctx, records, test_metrics, finals)
     _write_warnings(run_dir, _stages_that_learned_nothing(ctx, records, finals))
     clock.start("baselines")
     evaluate_baselines(ctx, outcome.evaluator, workers)
@@ -285,19 +290,20 @@ def _finish(ctx: SearchContext, outcome, records: list[dict], test_metrics: dict
     clock.save()
     build_report(run_dir, space=ctx.space)
     logger.info("run finished in %.0f s: %d archs, %d on the front; %s", time.perf_counter() - started,
-                len(rows), sum(r["is_pareto"] for r in rows), run_dir.candidates)
-    return rows
+                len(written), sum(c.is_pareto for c in written), run_dir.candidates)
+    return written
 
 
-def _stages_that_learned_nothing(ctx: SearchContext, records: list[dict], finals: dict[str, dict]) -> list[str]:
+def _stages_that_learned_nothing(ctx: SearchContext, records: list[Candidate],
+                                 finals: dict[str, FinalScores]) -> list[str]:
     """A line for each stage whose archs all end at or below the task's untrained level (a collapsed classifier's
     top-1, bicubic PSNR): a diverging or stalled training (a learning rate far off) whose front would otherwise
     pass for a result."""
     metric, level = ctx.task.metric, ctx.task.untrained_level()
     train, finalize = ctx.config.train, ctx.config.search.finalize
     batch = f"task.batch_size (now {ctx.config.task.batch_size})"
-    search_scores = [r[metric] for r in records]
-    final_scores = [f[f"final_{metric}"] for f in finals.values()]
+    search_scores = [c.score for c in records]
+    final_scores = [f.val for f in finals.values()]
     search_failed = bool(search_scores) and max(search_scores) <= level
     finalize_lr = f"search.finalize.lr (now {finalize.lr:g})" if finalize.lr is not None else "train.lr"
     inherited = ("; its archs start from the supernet's weights, which learned nothing"

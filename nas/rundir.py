@@ -72,7 +72,7 @@ def load_checkpoint(path: Path, mmap: bool = False) -> Any:
         if isinstance(exc, FileNotFoundError):
             raise
         raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it to "
-                          "redo that stage, or start a new run with --out") from None
+                          "redo that stage, or start a new run in another run directory") from None
 
 
 def write_csv(path: Path, rows: Sequence[dict], columns: Sequence[str]) -> None:

@@ -20,7 +20,6 @@ least its test metric, at most its measured latency).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -32,7 +31,8 @@ from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.context import build_task_and_space, run_cost_model
 from nas.latency.lut_validation import measure_here, measured_latencies
-from nas.rundir import RunDir, read_csv
+from nas.records import Candidate, read_candidates
+from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
 from search_spaces import arch_key
 from nas.randomness import RunRandom
@@ -46,14 +46,12 @@ def cpu_time(fn) -> float:
     return time.process_time() - start
 
 
-def _finalised(run: RunDir) -> tuple[list[dict], str]:
-    """A finished run's finalised archs, each once (its last row: a differentiable run's derived arch may also be an
-    earlier epoch's), with val / test metric under `final`, `test`; and the run's metric."""
-    rows = read_csv(run.candidates)
-    metric = "psnr" if "psnr" in rows[0] else "top1"
-    final = {r["arch"]: dict(r, arch=json.loads(r["arch"]), final=float(r[f"final_{metric}"]),
-                             test=float(r[f"final_test_{metric}"])) for r in rows if r[f"final_{metric}"] != ""}
-    return list(final.values()), metric
+def _finalised(run: RunDir) -> tuple[list[Candidate], str]:
+    """A finished run's finalised candidates, each arch once (its last row: a differentiable run's derived arch may
+    also be an earlier epoch's); and the run's metric."""
+    candidates = read_candidates(run.candidates)
+    final = {c.key: c for c in candidates if c.final is not None}
+    return list(final.values()), candidates[0].metric
 
 
 def handed_over(run_dir: str, against: list[str]) -> list[dict]:
@@ -62,34 +60,36 @@ def handed_over(run_dir: str, against: list[str]) -> list[dict]:
     run = RunDir(run_dir)
     config = load_config(run.config)
     cost = run_cost_model(config, run)  # the table as the run used it: a target relative to the space resolves alike
-    if cost.table is None:
+    if not cost.is_measured:
         raise SystemExit(f"bench_dnas: {run.path} is costed by {cost.name}; measuring here needs a run costed by a "
                          "latency table of this machine (lut:...)")
     space = build_task_and_space(config)[1]
     target = config.search.latency_target_ms(space, cost)
     ours, metric = _finalised(run)
     others = [(RunDir(path), *_finalised(RunDir(path))) for path in against]
-    groups = [(space, ours)] + [(build_task_and_space(load_config(other.config))[1], rows) for other, rows, _ in others]
-    for group_space, rows in groups:  # each run's networks interleaved in rounds, as the run's table was measured
-        for row, ms in zip(rows, measure_here(group_space, cost.table, [r["arch"] for r in rows])):
-            row["here_ms"] = round(float(ms), 4)
+    groups = [(space, ours)] + [(build_task_and_space(load_config(other.config))[1], final)
+                                for other, final, _ in others]
+    here_ms = {}  # (run, arch id) -> ms measured here
+    for run_index, (group_space, final) in enumerate(groups):  # each run's networks interleaved in rounds, as
+        for c, ms in zip(final, measure_here(group_space, cost.table, [c.arch for c in final])):  # its table was
+            here_ms[run_index, c.id] = round(float(ms), 4)  # measured
     recorded = measured_latencies(run)  # what the run measured at its end, where it did
     out = []
-    for row in ours:
-        ms = row["here_ms"]
-        result = {"id": int(row["id"]), f"test_{metric}": row["test"], f"val_{metric}": row["final"],
-                  "table_ms": float(row["latency_ms"]), "measured_ms": ms,
-                  "run_measured_ms": recorded.get(arch_key(row["arch"])), "target_ms": target,
+    for c in ours:
+        ms = here_ms[0, c.id]
+        result = {"id": c.id, f"test_{metric}": c.test_figure, f"val_{metric}": c.final.val,
+                  "table_ms": c.latency_ms, "measured_ms": ms, "run_measured_ms": recorded.get(arch_key(c.arch)),
+                  "target_ms": target,
                   "off_target_pct": None if target is None else round(100 * (ms / target - 1), 1), "against": {}}
-        for other, rows, _ in others:
-            at_most = [r for r in rows if r["here_ms"] <= row["here_ms"]]
-            best = max(at_most, key=lambda r: r["test"], default=None)
+        for run_index, (other, final, _) in enumerate(others, start=1):
+            at_most = [o for o in final if here_ms[run_index, o.id] <= ms]
+            best = max(at_most, key=lambda o: o.test_figure, default=None)
             result["against"][str(other.path)] = {
-                "best_at_most_as_slow": None if best is None else {"id": int(best["id"]), f"test_{metric}": best["test"],
-                                                                   "measured_ms": best["here_ms"]},
-                "dominated_by": [int(r["id"]) for r in at_most if r["test"] >= row["test"]]}
+                "best_at_most_as_slow": None if best is None else {"id": best.id, f"test_{metric}": best.test_figure,
+                                                                   "measured_ms": here_ms[run_index, best.id]},
+                "dominated_by": [o.id for o in at_most if o.test_figure >= c.test_figure]}
         out.append(result)
-        line = (f"arch {result['id']}: test {metric} {row['test']:.2f}, table {result['table_ms']:.4f} ms, measured "
+        line = (f"arch {result['id']}: test {metric} {c.test_figure:.2f}, table {result['table_ms']:.4f} ms, measured "
                 f"here {ms:.4f} ms" + ("" if result["run_measured_ms"] is None else
                                        f" (the run measured {result['run_measured_ms']:.4f} ms)"))
         if target is not None:

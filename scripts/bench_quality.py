@@ -21,7 +21,6 @@ latency).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 import torch
@@ -30,7 +29,8 @@ from hw_cost.profiler import MeasureSettings, OpenVinoProfiler
 from nas.config import load_config
 from nas.export.models import deployable_model
 from nas.reporting.report import fidelity_of
-from nas.rundir import RunDir, read_csv
+from nas.records import read_candidates
+from nas.rundir import RunDir
 from nas.runtime import keep_freed_memory
 from nas.context import build_context, build_task_and_space, npu_generation_model
 from nas.training.supernet_training import load_trained_supernet
@@ -64,15 +64,13 @@ def main() -> None:
     run_dir = RunDir(args.run_dir)
     ctx = build_context(load_config(run_dir.config), run_dir, torch.device("cpu"), progress=False)  # measures here
     metric = ctx.task.metric
-    rows = sorted((r for r in read_csv(run_dir.candidates) if r[f"final_{metric}"] != ""),
-                  key=lambda r: float(r["latency_ms"]))
-    if not rows:
+    final = sorted((c for c in read_candidates(run_dir.candidates) if c.final is not None), key=lambda c: c.latency_ms)
+    if not final:
         raise SystemExit(f"{run_dir.candidates} has no finalised archs (search.finalize.archs = 0?)")
-    rows = [dict(r, arch=json.loads(r["arch"])) for r in rows]
     vpunn = npu_generation_model(ctx.config.cost, args.vpunn)
-    vpunn_us = [vpunn.latency_ms(ctx.space.blocks(r["arch"])) * 1e3 for r in rows]
+    vpunn_us = [vpunn.latency_ms(ctx.space.blocks(c.arch)) * 1e3 for c in final]
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
-    models = [deployable_model(ctx, r, supernet)[0] for r in rows]
+    models = [deployable_model(ctx, c, supernet)[0] for c in final]
     anchors = []
     if args.anchors:
         anchor_config = load_config(args.anchors)
@@ -84,19 +82,19 @@ def main() -> None:
     stats = profiler.measure_many(models + anchors, shape, rounds=10)
     measured = [s.median_ms for s in stats[:len(models)]]
 
-    print(f"run {run_dir.path}: cost model {rows[0]['cost_model']}; measured: OpenVINO "
+    print(f"run {run_dir.path}: cost model {final[0].cost_model}; measured: OpenVINO "
           f"{profiler.metadata()['device_name']}, f32, batch 1, 1 thread, {args.repeats} interleaved inferences each "
           "(median)")
     print(f"{'id':>4} {'final val':>9} {'final test':>10} {'inherited':>9} {'predicted ms':>12} "
           f"{args.vpunn + ' us':>10} {'measured ms':>11}")
-    for r, us, ms in zip(rows, vpunn_us, measured):
-        print(f"{r['id']:>4} {float(r[f'final_{metric}']):9.2f} {float(r[f'final_test_{metric}']):10.2f} "
-              f"{float(r[metric]):9.2f} {float(r['latency_ms']):12.4f} {us:10.2f} {ms:11.4f}")
-    tau = fidelity_of(rows, metric)
-    print(f"ranking fidelity (Kendall tau, inherited vs finalised val {metric}, {len(rows)} archs): "
+    for c, us, ms in zip(final, vpunn_us, measured):
+        print(f"{c.id:>4} {c.final.val:9.2f} {c.test_figure:10.2f} {c.score:9.2f} {c.latency_ms:12.4f} {us:10.2f} "
+              f"{ms:11.4f}")
+    tau = fidelity_of(final)
+    print(f"ranking fidelity (Kendall tau, inherited vs finalised val {metric}, {len(final)} archs): "
           f"{'n/a' if tau is None else f'{tau:.3f}'}")
-    if ctx.cost_model.table is not None:  # the run predicted this kind of machine
-        ratios = [ms / float(r["latency_ms"]) for r, ms in zip(rows, measured)]
+    if ctx.cost_model.is_measured:  # the run predicted this kind of machine
+        ratios = [ms / c.latency_ms for c, ms in zip(final, measured)]
         print(f"measured / predicted latency: {min(ratios):.2f} .. {max(ratios):.2f}")
     if anchors:
         fast, slow = stats[len(models)].median_ms, stats[len(models) + 1].median_ms
@@ -107,12 +105,12 @@ def main() -> None:
                   f"{fast / there[0]:.3f} .. x{slow / there[1]:.3f})")
             for name, top1, cpu_ms, vpu_us in args.reference:
                 cpu_here = place_here(cpu_ms, there, (fast, slow))
-                on_vpu = [r["id"] for r, us in zip(rows, vpunn_us)
-                          if float(r[f"final_test_{metric}"]) >= top1 and us <= vpu_us]
-                on_both = [i for i, ms in zip((r["id"] for r in rows), measured) if i in on_vpu and ms <= cpu_here]
+                on_vpu = [c.id for c, us in zip(final, vpunn_us) if c.test_figure >= top1 and us <= vpu_us]
+                on_both = [i for i, ms in zip((c.id for c in final), measured) if i in on_vpu and ms <= cpu_here]
                 print(f"  {name}: {metric} {top1:.2f}, {cpu_here:.4f} ms here, {vpu_us:.1f} us -> VPU: "
-                      + (f"dominated by id {', '.join(on_vpu)}" if on_vpu else "NOT dominated") + "; VPU and CPU: "
-                      + (f"dominated by id {', '.join(on_both)}" if on_both else "NOT dominated"))
+                      + (f"dominated by id {', '.join(map(str, on_vpu))}" if on_vpu else "NOT dominated")
+                      + "; VPU and CPU: "
+                      + (f"dominated by id {', '.join(map(str, on_both))}" if on_both else "NOT dominated"))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,8 @@ import numpy as np
 
 from nas.config import load_config
 from nas.pareto import pareto_mask
-from nas.rundir import RunDir, atomic_write_text, read_csv
+from nas.records import read_candidates
+from nas.rundir import RunDir, atomic_write_text
 
 REPO = Path(__file__).resolve().parents[1]
 METHODS = ("search", "uniform", "binned")
@@ -59,11 +60,10 @@ def _run(config: str, overrides: list[str], out: Path) -> float:
 
 def _finalised(out: Path) -> tuple[np.ndarray, np.ndarray, str, int]:
     """(test metric, latency) of the run's finalised archs, the metric's name, the archs it scored."""
-    rows = read_csv(RunDir(out).candidates)
-    metric = "psnr" if "psnr" in rows[0] else "top1"
-    final = [r for r in rows if r.get(f"final_test_{metric}")]
-    return (np.array([float(r[f"final_test_{metric}"]) for r in final]),
-            np.array([float(r["latency_ms"]) for r in final]), metric, len(rows))
+    candidates = read_candidates(RunDir(out).candidates)
+    final = [c for c in candidates if c.final is not None]
+    return (np.array([c.test_figure for c in final]), np.array([c.latency_ms for c in final]), candidates[0].metric,
+            len(candidates))
 
 
 def _hypervolume(metric: np.ndarray, latency: np.ndarray, reference: tuple[float, float]) -> float:

@@ -16,23 +16,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nas.reporting.report import baseline_matches, generation_lines, generation_matches, metric_of, paper_sentence
 from nas.config import NPU_GENERATIONS
+from nas.reporting.report import baseline_matches, generation_lines, generation_matches, paper_sentence
 from nas.reporting.report_page import load_run, training_note
-from nas.rundir import RunDir, read_csv
+from nas.rundir import RunDir
 
 UNITS = {"top1": "top-1 (%)", "psnr": "PSNR (dB)"}
 
 
 def run_table(run_dir: RunDir) -> tuple[list[str], str]:
     """A run's markdown table and its clause of the sentence."""
-    rows = read_csv(run_dir.candidates)
-    metric = metric_of(rows)
-    baselines = read_csv(run_dir.baselines) if run_dir.baselines.exists() else []
-    matches = baseline_matches(rows, baselines, metric)
+    view = load_run(run_dir)
+    metric = view.metric
+    matches = baseline_matches(view.candidates, view.baselines, metric)
     psnr = metric == "psnr"
     unit = UNITS.get(metric, metric)
-    lines = [f"{run_dir.path.name}: test {unit}, latency on {rows[0]['cost_model']}", "",
+    lines = [f"{run_dir.path.name}: test {unit}, latency on {view.cost_model}", "",
              f"| baseline | {unit} | latency (ms) | searched arch | {unit} | latency (ms) | fps ratio |"
              + (" PSNR ratio |" if psnr else ""),
              "|---|---|---|---|---|---|---|" + ("---|" if psnr else "")]
@@ -42,8 +41,7 @@ def run_table(run_dir: RunDir) -> tuple[list[str], str]:
                      + (f"{m.arch_id} | {m.arch_figure:.2f} | {m.arch_latency_ms:.4g} | {m.fps_ratio:.2f}x |"
                         if found else "none as good | | | |")
                      + ((f" {m.arch_figure / m.figure:.3f}x |" if found else " |") if psnr else ""))
-    view = load_run(run_dir)
-    per_generation = generation_matches(view.rows, view.baselines, metric, view.latency, NPU_GENERATIONS)
+    per_generation = generation_matches(view.candidates, view.baselines, metric, view.latency, NPU_GENERATIONS)
     if per_generation:
         lines += ["", f"{run_dir.path.name} per NPU generation (VPUNN), test {unit}; {training_note(view)}:", "",
                   *generation_lines(per_generation, metric)]

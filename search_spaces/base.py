@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, NamedTuple, Optional, Protocol
 
 import numpy as np
 import torch.nn as nn
@@ -18,7 +18,7 @@ import torch.nn as nn
 from hw_cost import Block
 
 __all__ = ["Choice", "SearchSpace", "Supernet", "ArchError", "register_space", "build_space", "space_config_class",
-           "SPACES", "SpaceConfig", "arch_key"]
+           "space_family", "SPACES", "SpaceConfig", "SpaceFamily", "arch_key", "ArchBox", "ArchStage", "numbers_text"]
 
 
 class ArchError(ValueError):
@@ -54,6 +54,26 @@ class Supernet(nn.Module, ABC):
     @abstractmethod
     def extract(self, arch: dict) -> nn.Module:
         """A standalone module of `arch` with weights copied from the supernet (same outputs as the supernet)."""
+
+
+@dataclass
+class ArchBox:
+    """One block of an arch's picture (`SearchSpace.arch_stages`): `height` relative to the tallest (0-1], `kernel`
+    its width and colour; `ghost`: a block the arch leaves out that a deeper arch of the space runs."""
+
+    label: str
+    height: float
+    kernel: int = 3
+    ghost: bool = False
+
+
+#: a stage of an arch's picture: its caption and its blocks, left to right
+ArchStage = tuple[str, list[ArchBox]]
+
+
+def numbers_text(values) -> str:
+    """Numbers for an arch's summary: "3,5,7"."""
+    return ",".join(f"{v:g}" for v in values)
 
 
 class SearchSpace(ABC):
@@ -177,6 +197,19 @@ class SearchSpace(ABC):
         size = float(np.prod([len(c.values) for c in self.choices], dtype=np.float64))
         return f"{self.family} space: {len(self.choices)} choices, up to {size:.3g} assignments"
 
+    # ------------------------------------------------------------------ an arch shown (a report; no space built)
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        """One line of an arch of the family (a report's hover): per stage the choices of each active block. By
+        default its JSON."""
+        return arch_key(arch)
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config) -> list[ArchStage] | None:
+        """An arch of the family as a picture's stages, left to right (`nas.reporting.arch_picture` draws them),
+        shaped by the family's `config` (fixed widths, the blocks a deeper arch runs); None: no picture."""
+        return None
+
 
 # ---------------------------------------------------------------------------------------------------- registry
 class SpaceConfig(Protocol):
@@ -186,7 +219,16 @@ class SpaceConfig(Protocol):
     type: str
 
 
-SPACES: dict[str, tuple[type[SearchSpace], type]] = {}
+class SpaceFamily(NamedTuple):
+    """A registered family: its space class, built as `space_class(config, input_shape=..., num_outputs=...)`, and
+    its config dataclass."""
+
+    space_class: type[SearchSpace]
+    config_class: type
+
+
+#: family name -> its `SpaceFamily`
+SPACES: dict[str, SpaceFamily] = {}
 
 
 def register_space(name: str, config_class: type) -> Callable[[type[SearchSpace]], type[SearchSpace]]:
@@ -196,23 +238,23 @@ def register_space(name: str, config_class: type) -> Callable[[type[SearchSpace]
         if name in SPACES:
             raise ValueError(f"search space {name!r} is registered twice")
         cls.family = name
-        SPACES[name] = (cls, config_class)
+        SPACES[name] = SpaceFamily(cls, config_class)
         return cls
 
     return wrap
 
 
-def _lookup(name: str) -> tuple[type[SearchSpace], type]:
+def space_family(name: str) -> SpaceFamily:
+    """The family registered as `name`; ArchError (one line, the valid names) otherwise."""
     if name not in SPACES:
         raise ArchError(f"unknown search space {name!r}; valid: {', '.join(sorted(SPACES))}")
     return SPACES[name]
 
 
 def space_config_class(name: str) -> type:
-    return _lookup(name)[1]
+    return space_family(name).config_class
 
 
 def build_space(config: SpaceConfig, input_shape: tuple[int, int, int], num_outputs: int) -> SearchSpace:
     """The space named by `config.type`, built from its config dataclass."""
-    cls, _ = _lookup(config.type)
-    return cls(config, input_shape=input_shape, num_outputs=num_outputs)
+    return space_family(config.type).space_class(config, input_shape=input_shape, num_outputs=num_outputs)

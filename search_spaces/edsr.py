@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from hw_cost import Block
 
-from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .elastic import ElasticConv2d
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -552,6 +552,27 @@ class EdsrSpace(SearchSpace):
         arch = self.validate(arch)
         return network_blocks(self.input_shape, self.config.scale, arch["channels"], arch["kernel"],
                               arch["global_skip"], self.num_outputs, arch["upsampler"], arch["block"])
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        plain = arch.get("block") == "plain"
+        body = f"{arch['blocks']} plain layers" if plain else f"{arch['blocks']} blocks"
+        scaling = "" if plain else f"res_scale {arch.get('res_scale', 1):g}; "
+        return (f"{body} x {arch['channels']} ch; kernel {numbers_text(arch['kernel'])}; {scaling}"
+                f"skip {arch.get('global_skip', 'none')}; upsampler {arch.get('upsampler', 'edsr')}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: EdsrSpaceConfig) -> list[ArchStage]:
+        """The head, the body (a box per block, as wide as its kernel, as tall as its width) and the upsampler."""
+        scale = arch["channels"] / max(config.channels)
+        boxes = [ArchBox(f"k{k}", scale, k) for k in arch["kernel"]]
+        boxes += [ArchBox("", scale, ghost=True) for _ in range(max(config.depths) - arch["blocks"])]
+        body = (f"{arch['blocks']} plain layers x {arch['channels']} ch" if arch.get("block") == "plain" else
+                f"{arch['blocks']} residual blocks x {arch['channels']} ch · res_scale {arch.get('res_scale', 1):g}")
+        return [("head conv", [ArchBox("k3", scale)]),
+                (body, boxes),
+                (f"upsampler {arch.get('upsampler', 'edsr')} · skip {arch.get('global_skip', 'none')}",
+                 [ArchBox(f"x{config.scale}", 1.0)])]
 
 
 def _with_defaults(arch):

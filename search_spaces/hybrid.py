@@ -39,8 +39,10 @@ import torch.nn.functional as F
 from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
-from .common import ClassifierHead, ConvBnAct, StemBlocksHead, init_weights
-from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
+from .base import ArchBox, ArchStage, numbers_text
+from .common import (ClassifierHead, ConvBnAct, StemBlocksHead, check_stage_depths, expanded_width, init_weights,
+                    kernel_choices, stage_assignment, stage_expand_ratios)
+from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
 __all__ = ["BLOCK_TYPES", "HybridStageConfig", "HybridSpaceConfig", "HybridSpace", "HybridSupernet", "HybridBlock",
@@ -100,11 +102,6 @@ class HybridSpaceConfig:
 def _layout(kind: str) -> tuple[bool, bool, bool]:
     """(depthwise conv on the input, depthwise conv inside the expansion, dense k x k expansion) of a type."""
     return kind in ("convnext", "extradw"), kind in ("ib", "extradw"), kind == "fused"
-
-
-def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
-    """A block's expanded width: its input width times the ratio, rounded to `divisor`."""
-    return make_divisible(in_channels * expand_ratio, divisor)
 
 
 # ------------------------------------------------------------------------------------------ static modules
@@ -385,25 +382,26 @@ class RelaxedHybrid(RelaxedSupernet):
         in_gate = gates["stem"]
         in_mask = (in_gate @ self.stem_masks).view(1, -1, 1, 1)
         x = self._conv_bn(net.stem, x, net.stem.conv.weight, net.stem.conv.stride, in_mask)
-        for s, (positions, depths) in enumerate(zip(net.stages, self.depths)):
-            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+        for s, positions in enumerate(net.stages):
+            width_gate = gates[f"s{s}.width"]
             out_mask = (width_gate @ getattr(self, f"out_masks_{s}")).view(1, -1, 1, 1)
-            for b, block in enumerate(positions):
+
+            def block(b: int, h: torch.Tensor) -> torch.Tensor:
                 block_gate, block_mask = (in_gate, in_mask) if b == 0 else (width_gate, out_mask)
                 mid_mask = torch.einsum("w,e,wec->c", block_gate, gates[f"s{s}.b{b}.expand"],
                                         getattr(self, f"mid_masks_{s}_{b}")).view(1, -1, 1, 1)
                 kernel_mask = torch.einsum("k,kij->ij", gates[f"s{s}.b{b}.kernel"], self.kernel_masks)
-                if block.stride != 1:
+                if positions[b].stride != 1:
                     shortcut = None
                 elif b == 0:  # the probability that the input and output widths are equal
                     shortcut = in_gate @ getattr(self, f"same_width_{s}") @ width_gate
                 else:
                     shortcut = 1.0
-                x = self._block(block, space.stage_types[s], x, gates[f"s{s}.b{b}.block"], kernel_mask, block_mask,
-                                mid_mask, out_mask, shortcut)
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x, in_gate, in_mask = mixed, width_gate, out_mask
+                return self._block(positions[b], space.stage_types[s], h, gates[f"s{s}.b{b}.block"], kernel_mask,
+                                   block_mask, mid_mask, out_mask, shortcut)
+
+            x = self.depth_mixed(s, x, gates, block)
+            in_gate, in_mask = width_gate, out_mask
         head = net.head
         head_mask = (gates["head"] @ self.head_masks).view(1, -1, 1, 1)
         h = self._conv_bn(head.conv, x, head.conv.conv.weight, 1, head_mask)
@@ -413,16 +411,13 @@ class RelaxedHybrid(RelaxedSupernet):
         """The stem by its width; each block by its type, kernel, expansion, output width, input width (a
         stage's first block: the previous stage's or the stem's) and whether the stage's depth runs it; the head
         by its width and the last stage's."""
-        terms, position, inputs = [self.block_term(0, ("stem",))], 1, "stem"
-        for s, positions in enumerate(self.supernet.stages):
-            width = f"s{s}.width"
-            for b in range(len(positions)):
-                labels = (f"s{s}.b{b}.block", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand", width)
-                terms.append(self.block_term(position, labels + ((inputs,) if b == 0 else ()),
-                                             depth=(f"s{s}.depth", b)))
-                position += 1
-            inputs = width
-        return terms + [self.block_term(-1, (inputs, "head"))]
+        def labels(s: int, b: int) -> tuple[str, ...]:
+            inputs = ((f"s{s - 1}.width" if s else "stem"),) if b == 0 else ()
+            return (f"s{s}.b{b}.block", f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand", f"s{s}.width") + inputs
+
+        last = len(self.supernet.stages) - 1
+        return ([self.block_term(0, ("stem",))] + self.stage_block_terms(1, labels)
+                + [self.block_term(-1, (f"s{last}.width", "head"))])
 
 
 # ------------------------------------------------------------------------------------------ the space
@@ -435,43 +430,29 @@ class HybridSpace(SearchSpace):
     def __init__(self, config: HybridSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
         divisor = config.channel_divisor
-        if not config.stages:
-            raise ArchError("space.stages: at least one stage is needed")
+        check_stage_depths(config.stages)
         if config.activation not in ACTIVATIONS:
             raise ArchError(f"space.activation: {config.activation!r} is not one of {sorted(ACTIVATIONS)} (the "
                             "activations the NPU fuses into its convolutions)")
-        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes) or not config.kernel_sizes:
-            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
         self._widths(config.stem_widths, divisor, "space.stem_widths")
         self._widths(config.head_widths, 1, "space.head_widths")
         for i, stage in enumerate(config.stages):
             self._widths(stage.widths, divisor, f"space.stages[{i}].widths")
-            if not stage.depths or min(stage.depths) < 1:
-                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
             unknown = sorted(set(stage.block_types) - set(BLOCK_TYPES))
             if not stage.block_types or unknown:
                 raise ArchError(f"space.stages[{i}].block_types: expected some of {list(BLOCK_TYPES)}, got "
                                 f"{stage.block_types}")
         self.config = config
         self.act_layer = ACTIVATIONS[config.activation]
-        self.kernels = tuple(sorted(set(config.kernel_sizes)))
-        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
+        self.kernels = kernel_choices(config.kernel_sizes)
         #: per stage: its expansion ratios and its block types (in `BLOCK_TYPES` order)
-        self.stage_expands = [space_ratios if stage.expand_ratios is None
-                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
-                              for i, stage in enumerate(config.stages)]
+        self.stage_expands = stage_expand_ratios(config.expand_ratios, config.stages)
         self.stage_types = [tuple(t for t in BLOCK_TYPES if t in stage.block_types) for stage in config.stages]
 
     @staticmethod
     def _widths(widths: list[int], divisor: int, where: str) -> None:
         if not widths or any(w < 1 or w % divisor for w in widths):
             raise ArchError(f"{where}: positive multiples of {divisor} needed, got {widths}")
-
-    @staticmethod
-    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
-        if not ratios or any(e < 1 for e in ratios):
-            raise ArchError(f"{where}: ratios must be >= 1, got {ratios}")
-        return tuple(sorted(set(ratios)))
 
     # ------------------------------------------------------------------ the choices and the arch dict
     def _build_choices(self) -> list[Choice]:
@@ -501,27 +482,11 @@ class HybridSpace(SearchSpace):
         return arch
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        missing, extra = set(self._KEYS) - set(arch), set(arch) - set(self._KEYS)
-        if missing or extra:
-            raise ArchError(f"arch keys must be {', '.join(self._KEYS)} (missing {sorted(missing)}, unknown "
-                            f"{sorted(extra)})")
-        n = len(self.config.stages)
-        for key in ("depth", "width", *self._PER_BLOCK):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {"stem": arch["stem"], "head": arch["head"]}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"], values[f"s{s}.width"] = depth, arch["width"][s]
-            firsts = {"block": self.stage_types[s][0], "kernel": self.kernels[0], "expand": self.stage_expands[s][0]}
-            for key in self._PER_BLOCK:
-                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
-                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
-                for b in range(max(stage.depths)):
-                    values[f"s{s}.b{b}.{key}"] = arch[key][s][b] if b < depth else firsts[key]
-        return values
+        unused = {"block": lambda s: self.stage_types[s][0], "kernel": lambda s: self.kernels[0],
+                  "expand": lambda s: self.stage_expands[s][0]}
+        values = stage_assignment(arch, self._KEYS, [s.depths for s in self.config.stages], per_stage=("width",),
+                                  per_block={key: unused[key] for key in self._PER_BLOCK})
+        return {"stem": arch["stem"], "head": arch["head"], **values}
 
     # ------------------------------------------------------------------ networks
     def build_supernet(self) -> HybridSupernet:
@@ -607,3 +572,26 @@ class HybridSpace(SearchSpace):
             for width in sorted(set(cfg.head_widths)):
                 add(self._head_block(c, width, resolutions[-1]))
         return list(unique.values())
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        blocks = "|".join(",".join(f"{t} k{k} e{e:g}" for t, k, e in zip(*per_block))
+                          for per_block in zip(arch["block"], arch["kernel"], arch["expand"]))
+        return (f"stem {arch['stem']}; depth {'-'.join(map(str, arch['depth']))}; "
+                f"width {numbers_text(arch['width'])}; blocks {blocks}; head {arch['head']}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: HybridSpaceConfig) -> list[ArchStage]:
+        """A box per block, labelled with its type, as tall as its stage's width times its expansion."""
+        widest = max(w for stage in config.stages for w in stage.widths)
+        top = max(config.expand_ratios + [e for stage in config.stages for e in stage.expand_ratios or []])
+        out = []
+        for s, (depth, width, kinds, kernels, expands, stage) in enumerate(zip(
+                arch["depth"], arch["width"], arch["block"], arch["kernel"], arch["expand"], config.stages)):
+            scale = width / widest
+            boxes = [ArchBox(f"{kind} k{k} e{e:g}", scale * e / top, k)
+                     for kind, k, e in zip(kinds, kernels, expands)]
+            most = max(stage.depths)
+            boxes += [ArchBox("", scale, ghost=True) for _ in range(most - depth)]
+            out.append((f"stage {s + 1} · {width} ch · stride {stage.stride} · depth {depth}/{most}", boxes))
+        return out

@@ -28,13 +28,14 @@ import torch.nn.functional as F
 
 from hw_cost import Block
 
-from .base import ArchError, Choice, SearchSpace, Supernet, register_space
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
+from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
+from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, check_stage_depths,
+                    expanded_width, init_weights, kernel_choices, stage_assignment, stage_expand_ratios)
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
 __all__ = ["MobileNetStageConfig", "MobileNetSpaceConfig", "MobileNetSpace", "MobileNetSupernet", "InvertedResidual",
-           "SqueezeExcite", "MobileNet", "RelaxedMobileNet", "expanded_width", "se_width"]
+           "SqueezeExcite", "MobileNet", "RelaxedMobileNet", "se_width"]
 
 ACTIVATIONS = {"relu": nn.ReLU, "relu6": nn.ReLU6, "hardswish": nn.Hardswish}
 
@@ -50,11 +51,6 @@ class MobileNetStageConfig(StageConfig):
     expand_ratios: Optional[list[int]] = None
     se: bool = False
     activation: Optional[str] = None
-
-
-def expanded_width(in_channels: int, expand_ratio: int, divisor: int) -> int:
-    """A block's expanded width: the input width itself at ratio 1 (no expand conv), else rounded to `divisor`."""
-    return in_channels if expand_ratio == 1 else make_divisible(in_channels * expand_ratio, divisor)
 
 
 def se_width(channels: int) -> int:
@@ -269,16 +265,14 @@ class MobileNetSupernet(Supernet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.first(self.stem(x))
-        for blocks, depth in zip(self.stages, self.depths):
-            for block in blocks[:depth]:
-                x = block(x)
+        for block in active_blocks(self.stages, self.depths):
+            x = block(x)
         return self.head(x)
 
     def extract(self, arch: dict) -> MobileNet:
         self.set_active(arch)
         blocks = [copy.deepcopy(self.first)] if not isinstance(self.first, nn.Identity) else []
-        for stage_blocks, depth in zip(self.stages, self.depths):
-            blocks += [block.extract() for block in stage_blocks[:depth]]
+        blocks += [block.extract() for block in active_blocks(self.stages, self.depths)]
         net = MobileNet(copy.deepcopy(self.stem), blocks, copy.deepcopy(self.head))
         return net.train(self.training)
 
@@ -355,26 +349,16 @@ class RelaxedMobileNet(RelaxedSupernet):
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         net = self.supernet
         x = net.first(net.stem(x))
-        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
-            depth_gate, mixed = gates[f"s{s}.depth"], 0
-            for b in range(len(blocks)):
-                x = self._block(s, b, x, gates[f"s{s}.b{b}.kernel"], gates[f"s{s}.b{b}.expand"])
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x = mixed
+        for s in range(len(net.stages)):
+            x = self.depth_mixed(s, x, gates, lambda b, h: self._block(s, b, h, gates[f"s{s}.b{b}.kernel"],
+                                                                          gates[f"s{s}.b{b}.expand"]))
         return net.head(x)
 
     def cost_terms(self) -> list[CostTerm]:
         largest = self.space.blocks(self.space.largest())
         fixed = 1 + (1 if self.space.config.first_width else 0)  # stem (and the fixed first block)
-        terms = [CostTerm((), lambda values: largest[:fixed] + largest[-1:])]
-        position = fixed
-        for s, blocks in enumerate(self.supernet.stages):
-            for b in range(len(blocks)):
-                terms.append(self.block_term(position, (f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"),
-                                             depth=(f"s{s}.depth", b)))
-                position += 1
-        return terms
+        return [CostTerm((), lambda values: largest[:fixed] + largest[-1:])] + self.stage_block_terms(
+            fixed, lambda s, b: (f"s{s}.b{b}.kernel", f"s{s}.b{b}.expand"))
 
 
 # ------------------------------------------------------------------------------------------ the space
@@ -386,13 +370,8 @@ class MobileNetSpace(SearchSpace):
 
     def __init__(self, config: MobileNetSpaceConfig, *, input_shape, num_outputs: int):
         super().__init__(input_shape, num_outputs)
-        if not config.stages:
-            raise ArchError("space.stages: at least one stage is needed")
-        for i, stage in enumerate(config.stages):
-            if not stage.depths or min(stage.depths) < 1:
-                raise ArchError(f"space.stages[{i}].depths: needs at least one depth >= 1, got {stage.depths}")
-        if any(k % 2 == 0 or k < 1 for k in config.kernel_sizes):
-            raise ArchError(f"space.kernel_sizes: odd sizes only, got {config.kernel_sizes}")
+        check_stage_depths(config.stages)
+        self.kernels = kernel_choices(config.kernel_sizes)
         self.config = config
         self.act_layer = ACTIVATIONS[self._activation(config.activation, "space.activation")]
         self.first_activation = self._activation(config.first_activation or config.activation,
@@ -401,23 +380,13 @@ class MobileNetSpace(SearchSpace):
         self.stage_activations = [self._activation(stage.activation or config.activation,
                                                    f"space.stages[{i}].activation")
                                   for i, stage in enumerate(config.stages)]
-        self.kernels = tuple(sorted(config.kernel_sizes))
-        space_ratios = self._ratios(config.expand_ratios, "space.expand_ratios")
-        self.stage_expands = [space_ratios if stage.expand_ratios is None
-                              else self._ratios(stage.expand_ratios, f"space.stages[{i}].expand_ratios")
-                              for i, stage in enumerate(config.stages)]
+        self.stage_expands = stage_expand_ratios(config.expand_ratios, config.stages)
 
     @staticmethod
     def _activation(name: str, where: str) -> str:
         if name not in ACTIVATIONS:
             raise ArchError(f"{where}: {name!r} is not one of {sorted(ACTIVATIONS)}")
         return name
-
-    @staticmethod
-    def _ratios(ratios: list[int], where: str) -> tuple[int, ...]:
-        if not ratios or any(e < 1 for e in ratios):
-            raise ArchError(f"{where}: ratios must be >= 1 (1 = no expand conv), got {ratios}")
-        return tuple(sorted(set(ratios)))
 
     def _build_choices(self) -> list[Choice]:
         choices = []
@@ -435,28 +404,9 @@ class MobileNetSpace(SearchSpace):
                 "expand": [[int(values[f"s{s}.b{b}.expand"]) for b in range(d)] for s, d in enumerate(depth)]}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        missing = {"depth", "kernel", "expand"} - set(arch)
-        extra = set(arch) - {"depth", "kernel", "expand"}
-        if missing or extra:
-            raise ArchError(f"arch keys must be depth, kernel, expand (missing {sorted(missing)}, "
-                            f"unknown {sorted(extra)})")
-        n = len(self.config.stages)
-        for key in ("depth", "kernel", "expand"):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"] = depth
-            for key in ("kernel", "expand"):
-                if not isinstance(arch[key][s], list) or len(arch[key][s]) != depth:
-                    raise ArchError(f"arch.{key}[{s}]: expected {depth} values (the stage depth)")
-            for b in range(max(stage.depths)):
-                values[f"s{s}.b{b}.kernel"] = arch["kernel"][s][b] if b < depth else self.kernels[0]
-                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.stage_expands[s][0]
-        return values
+        return stage_assignment(arch, ("depth", "kernel", "expand"), [s.depths for s in self.config.stages],
+                                per_block={"kernel": lambda s: self.kernels[0],
+                                           "expand": lambda s: self.stage_expands[s][0]})
 
     def build_supernet(self) -> MobileNetSupernet:
         return MobileNetSupernet(self)
@@ -505,4 +455,26 @@ class MobileNetSpace(SearchSpace):
         out.append(Block(f"head|in{shape(c)}|mid{cfg.head_width}|out{self.num_outputs}|{cfg.activation}",
                          (1, c, h, w), lambda c=c: ClassifierHead(c, cfg.head_width, self.num_outputs,
                                                                   dropout=cfg.dropout, act_layer=act)))
+        return out
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        return (f"depth {'-'.join(map(str, arch['depth']))}; "
+                f"kernel {'|'.join(numbers_text(k) for k in arch['kernel'])}; "
+                f"expand {'|'.join(numbers_text(e) for e in arch['expand'])}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: MobileNetSpaceConfig) -> list[ArchStage]:
+        """A box per block, as tall as its expansion, as wide as its kernel; a stage's caption gives its width,
+        stride, squeeze-excite and activation."""
+        top = max(config.expand_ratios + [e for stage in config.stages for e in stage.expand_ratios or []])
+        out = []
+        for s, (depth, kernels, ratios, stage) in enumerate(zip(arch["depth"], arch["kernel"], arch["expand"],
+                                                                config.stages)):
+            boxes = [ArchBox(f"k{k} e{e:g}", e / top, k) for k, e in zip(kernels, ratios)]
+            most = max(stage.depths)
+            boxes += [ArchBox("", 1.0, 3, ghost=True) for _ in range(most - depth)]
+            extras = (" · SE" if stage.se else "") + (f" · {stage.activation}" if stage.activation else "")
+            out.append((f"stage {s + 1} · {stage.width} ch · stride {stage.stride}{extras} · depth {depth}/{most}",
+                        boxes))
         return out

@@ -58,6 +58,18 @@ class RelaxedSupernet(nn.Module, ABC):
         values = {c.label: list(c.values) for c in self.space.choices}
         return [values[f"s{s}.depth"] for s in range(len(self.supernet.stages))]
 
+    def depth_mixed(self, s: int, x: torch.Tensor, gates: dict[str, torch.Tensor],
+                    block: Callable[[int, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """The output of stage `s` of a family with stages (FBNetV2's depth search): its blocks run in turn on `x`
+        (`block(b, h)` the output of block b on h), and the outputs after each of the stage's searched depths
+        (`self.depths[s]`, see `stage_depths`) are summed, weighted by that depth's gate."""
+        depths, depth_gate, mixed = self.depths[s], gates[f"s{s}.depth"], 0
+        for b in range(len(self.supernet.stages[s])):
+            x = block(b, x)
+            if b + 1 in depths:
+                mixed = mixed + depth_gate[depths.index(b + 1)] * x
+        return mixed
+
     @abstractmethod
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         """The output of the gate-weighted network; one-hot gates reproduce the supernet running that arch."""
@@ -83,6 +95,17 @@ class RelaxedSupernet(nn.Module, ABC):
             return [space.blocks(space.arch_from_assignment({**template, **chosen}))[position]]
 
         return CostTerm(tuple(labels) + ((depth[0],) if depth is not None else ()), blocks)
+
+    def stage_block_terms(self, first: int, labels: Callable[[int, int], tuple[str, ...]]) -> list[CostTerm]:
+        """The terms of the stages' blocks of a family with stages, at consecutive positions of the largest arch's
+        blocks from `first` on: block b of stage s as a function of `labels(s, b)`, run while the stage's depth
+        (`s{s}.depth`) exceeds b (`block_term`)."""
+        terms, position = [], first
+        for s, blocks in enumerate(self.supernet.stages):
+            for b in range(len(blocks)):
+                terms.append(self.block_term(position, labels(s, b), depth=(f"s{s}.depth", b)))
+                position += 1
+        return terms
 
 
 def prefix_masks(widths, size: int) -> torch.Tensor:

@@ -27,9 +27,10 @@ import torch.nn as nn
 
 from hw_cost import Block
 
-from .base import ArchError, Choice, SearchSpace, Supernet, register_space
+from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear, make_divisible
-from .common import ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, init_weights
+from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, init_weights,
+                    stage_assignment)
 from .relaxed import CostTerm, RelaxedSupernet, prefix_masks
 
 __all__ = ["ResNetSpaceConfig", "ResNetSpace", "ResNetSupernet", "RelaxedResNet", "ResidualBlock", "BLOCK_TYPES"]
@@ -221,15 +222,13 @@ class ResNetSupernet(Supernet):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)
-        for blocks, depth in zip(self.stages, self.depths):
-            for block in blocks[:depth]:
-                x = block(x)
+        for block in active_blocks(self.stages, self.depths):
+            x = block(x)
         return self.head(x)
 
     def extract(self, arch: dict) -> ResNet:
         self.set_active(arch)
-        blocks = [block.extract() for stage_blocks, depth in zip(self.stages, self.depths)
-                  for block in stage_blocks[:depth]]
+        blocks = [block.extract() for block in active_blocks(self.stages, self.depths)]
         net = ResNet(copy.deepcopy(self.stem), blocks, self.head.extract(self.out_width))
         return net.train(self.training)
 
@@ -270,29 +269,28 @@ class RelaxedResNet(RelaxedSupernet):
     def forward(self, x: torch.Tensor, gates: dict[str, torch.Tensor]) -> torch.Tensor:
         net = self.supernet
         x = net.stem(x)
-        for s, (blocks, depths) in enumerate(zip(net.stages, self.depths)):
-            width_gate, depth_gate, mixed = gates[f"s{s}.width"], gates[f"s{s}.depth"], 0
+        for s, blocks in enumerate(net.stages):
+            width_gate = gates[f"s{s}.width"]
             out_mask = (width_gate @ getattr(self, f"out_mask_{s}")).view(1, -1, 1, 1)
-            for b, block in enumerate(blocks):
+
+            def block(b: int, h: torch.Tensor) -> torch.Tensor:
                 mid_mask = torch.einsum("w,r,wrc->c", width_gate, gates[f"s{s}.b{b}.expand"],
                                         getattr(self, f"mid_mask_{s}")).view(1, -1, 1, 1)
-                x = self._block(block, x, mid_mask, out_mask)
-                if b + 1 in depths:
-                    mixed = mixed + depth_gate[depths.index(b + 1)] * x
-            x = mixed
+                return self._block(blocks[b], h, mid_mask, out_mask)
+
+            x = self.depth_mixed(s, x, gates, block)
         return net.head(x)
 
     def cost_terms(self) -> list[CostTerm]:
         largest = self.space.blocks(self.space.largest())
         last = len(self.supernet.stages) - 1
         terms = [CostTerm((), lambda values: largest[:1]), self.block_term(-1, (f"s{last}.width",))]
-        position = 1
-        for s, blocks in enumerate(self.supernet.stages):
-            for b in range(len(blocks)):
-                widths = (f"s{s}.width",) + ((f"s{s - 1}.width",) if b == 0 and s > 0 else ())
-                terms.append(self.block_term(position, widths + (f"s{s}.b{b}.expand",), depth=(f"s{s}.depth", b)))
-                position += 1
-        return terms
+
+        def labels(s: int, b: int) -> tuple[str, ...]:
+            widths = (f"s{s}.width",) + ((f"s{s - 1}.width",) if b == 0 and s > 0 else ())
+            return widths + (f"s{s}.b{b}.expand",)
+
+        return terms + self.stage_block_terms(1, labels)
 
 
 # ------------------------------------------------------------------------------------------ the space
@@ -398,27 +396,8 @@ class ResNetSpace(SearchSpace):
                 "expand": [[float(values[f"s{s}.b{b}.expand"]) for b in range(d)] for s, d in enumerate(depth)]}
 
     def assignment_from_arch(self, arch: dict) -> dict[str, Any]:
-        keys = {"depth", "width", "expand"}
-        missing, extra = keys - set(arch), set(arch) - keys
-        if missing or extra:
-            raise ArchError(f"arch keys must be depth, width, expand (missing {sorted(missing)}, "
-                            f"unknown {sorted(extra)})")
-        n = len(self.config.stages)
-        for key in sorted(keys):
-            if not isinstance(arch[key], list) or len(arch[key]) != n:
-                raise ArchError(f"arch.{key}: expected a list of {n} stages")
-        values = {}
-        for s, stage in enumerate(self.config.stages):
-            depth = arch["depth"][s]
-            if depth not in stage.depths:
-                raise ArchError(f"arch.depth[{s}]: {depth!r} is not one of {sorted(stage.depths)}")
-            values[f"s{s}.depth"] = depth
-            values[f"s{s}.width"] = arch["width"][s]
-            if not isinstance(arch["expand"][s], list) or len(arch["expand"][s]) != depth:
-                raise ArchError(f"arch.expand[{s}]: expected {depth} values (the stage depth)")
-            for b in range(max(stage.depths)):
-                values[f"s{s}.b{b}.expand"] = arch["expand"][s][b] if b < depth else self.ratios[0]
-        return values
+        return stage_assignment(arch, ("depth", "width", "expand"), [s.depths for s in self.config.stages],
+                                per_stage=("width",), per_block={"expand": lambda s: self.ratios[0]})
 
     def build_supernet(self) -> ResNetSupernet:
         return ResNetSupernet(self)
@@ -472,3 +451,23 @@ class ResNetSpace(SearchSpace):
             inputs = widths
         blocks += [self._head_block(c) for c in inputs]
         return list({b.key: b for b in blocks}.values())
+
+    @classmethod
+    def arch_summary(cls, arch: dict) -> str:
+        return (f"depth {'-'.join(map(str, arch['depth']))}; width x{numbers_text(arch['width'])}; "
+                f"expand {'|'.join(numbers_text(e) for e in arch['expand'])}")
+
+    @classmethod
+    def arch_stages(cls, arch: dict, config: ResNetSpaceConfig) -> list[ArchStage]:
+        """A box per block, as tall as its stage's width multiplier times its expansion."""
+        top, mult_top = max(config.expand_ratios), max(config.width_mults)
+        out = []
+        for s, (depth, mult, ratios, stage) in enumerate(zip(arch["depth"], arch["width"], arch["expand"],
+                                                             config.stages)):
+            scale = mult / mult_top
+            boxes = [ArchBox(f"e{e:g}", scale * e / top) for e in ratios]
+            most = max(stage.depths)
+            boxes += [ArchBox("", scale, ghost=True) for _ in range(most - depth)]
+            width = make_divisible(stage.width * mult, config.channel_divisor)
+            out.append((f"stage {s + 1} · width x{mult:g} = {width} ch · depth {depth}/{most}", boxes))
+        return out

@@ -3,6 +3,7 @@ allocator setting of the CLI (`nas.runtime`) and, on x86, torch's CPU kernels he
 files share: the overrides that shrink a smoke run, small spaces, the strategies' toy problem, the smoke run."""
 from __future__ import annotations
 
+import csv
 import functools
 import json
 import os
@@ -64,6 +65,35 @@ def _process_settings():
     keep_freed_memory()
 
 
+def vector_rows(name: str) -> list[dict]:
+    """The rows of the reference-vector CSV `name` (a path below `VPUNN_VECTORS`)."""
+    with open(VPUNN_VECTORS / name, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def vector_rows_by_device(name: str, devices) -> dict[str, list[dict]]:
+    """The rows of the reference-vector CSV `name` of each of `devices`."""
+    rows = vector_rows(name)
+    return {d: [r for r in rows if r["device"] == d] for d in devices}
+
+
+def nn_tolerance(ref):
+    """How far NN cycles may lie from the library's: max(1 cycle, 1e-5 relative), since a plain float32 matrix
+    product does not reproduce its dot-product order (docs/vpunn.md §10)."""
+    import numpy as np
+
+    return np.maximum(1, 1e-5 * ref)
+
+
+@pytest.fixture(scope="module")
+def matrix(rows):
+    """The workload matrix of a DPU test module's `rows`."""
+    from hw_cost.vpunn import workload_from_row
+    from hw_cost.vpunn.workload import workloads_to_matrix
+
+    return workloads_to_matrix([workload_from_row(r) for r in rows])
+
+
 def assert_descriptors_bit_exact(rows: list[dict], matrix, desc: list[dict], version: int, size: int) -> None:
     """The descriptors of interface `version` of the sanitized workloads equal the reference rows `desc`
     (`id`, `d0`...) bit for bit; `rows` / `matrix` are the reference workloads the ids point into."""
@@ -101,18 +131,41 @@ def toy_problem() -> tuple:
     return space, space.sample(np.random.default_rng(42))
 
 
-def toy_record(arch: dict) -> dict:
-    """The toy problem's record of `arch`: score = closeness to the target (optimum 0 there); latency: the arch's
-    total gene value."""
+def toy_record(arch: dict):
+    """The toy problem's candidate of `arch`: score = closeness to the target (optimum 0 there); latency: the
+    arch's total gene value."""
     import numpy as np
 
+    from nas.records import Candidate
     from search_spaces import arch_key
 
     space, target = toy_problem()
     genes, target_genes = space.encode(arch), space.encode(target)
     active = space.encode(space.decode(genes))  # canonical genes
-    return {"key": arch_key(arch), "arch": arch, "score": -float(np.abs(active - target_genes).sum()),
-            "latency_ms": float(genes.sum()) + 1.0}
+    return Candidate(arch, arch_key(arch), "score", -float(np.abs(active - target_genes).sum()),
+                     float(genes.sum()) + 1.0, "toy", params=0, macs=0)
+
+
+def made_up_candidate(id: int, latency_ms: float, *, score: float = 0.0, test: float | None = None,
+                      final_test: float | None = None, metric: str = "top1"):
+    """A candidate of a made-up arch (`{"a": id}`) with the figures a report's test gives: `test` its inherited
+    test score, `final_test` its finalised one (None: not finalised)."""
+    from nas.records import Candidate, FinalScores
+    from search_spaces import arch_key
+
+    arch = {"a": id}
+    final = None if final_test is None else FinalScores(final_test, {metric: final_test}, epochs=1)
+    return Candidate(arch, arch_key(arch), metric, score, latency_ms, "toy", params=0, macs=0, id=id,
+                     test_score=test, final=final)
+
+
+def made_up_baseline(name: str, test: float, latency_ms: float, type: str = "subnet", arch: dict | None = None,
+                     device_ms: dict | None = None):
+    """A baseline result with the figures a report's test gives (top-1 on the test split)."""
+    from nas.records import BaselineResult
+
+    return BaselineResult(name, type, arch or {}, "top1", None, {"top1": test}, latency_ms, "toy", params=0, macs=0,
+                          note="", device_ms=device_ms or {})
 
 
 def vpunn_layer_of_row(r: dict):

@@ -18,8 +18,9 @@ pin a run on every machine. Two checks instead:
   held by tests/test_interrupted_runs.py (killed and resumed runs equal the uninterrupted one, byte for byte).
 
 A new kind of machine records its own files with `VPUNAS_RECORD_GOLDEN=1 .venv/bin/python -m pytest` (after the
-close check passed); commit them. A change of results on purpose: delete every `golden/*/` file of that config,
-record, and say why in the commit.
+close check passed); commit them. A change of results on purpose: delete this machine's file of that config,
+record (the close check against another machine's file must pass: recording needs one to compare with), delete the
+other machines' files of that config, and say why in the commit.
 """
 from __future__ import annotations
 

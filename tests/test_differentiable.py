@@ -18,7 +18,8 @@ from nas.randomness import RunRandom
 from nas.strategies.differentiable import (RELAXATIONS, ArchParameters, DifferentiableStrategy, DifferentiableTrainer,
                                            ExpectedLatency, build_relaxed, latency_loss, relaxed_families)
 from nas.rundir import RunDir, read_csv
-from nas.context import SearchContext, build_task_and_space
+from nas.context import build_task_and_space
+from nas.search_context import SearchContext
 from search_spaces import build_space
 
 SMOKE = str(CONFIGS / "fmnist_mobilenet_smoke.yaml")

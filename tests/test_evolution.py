@@ -1,9 +1,10 @@
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from nas.training.evaluation import CachedEvaluator
+from nas.training.evaluation import journaled_candidates
 from nas.randomness import RunRandom
 from nas.strategies.evolution import EvolutionConfig, Nsga2Loop
 from nas.rundir import EvaluationJournal
@@ -22,7 +23,7 @@ def run(seed, limit=None, generations=12, evaluate=None, extra=()):
 
     config = EvolutionConfig(population=16, generations=generations, latency_limit_ms=limit,
                              extra_objectives=list(extra))
-    Nsga2Loop(SPACE, config, "score", RunRandom(seed)).run(evaluate_and_log)
+    Nsga2Loop(SPACE, config, RunRandom(seed)).run(evaluate_and_log)
     return seen
 
 
@@ -45,7 +46,7 @@ def test_finds_the_known_optimum():
 def test_latency_limit_steers_the_population():
     limit = 8.0
     seen = run(0, limit=limit, generations=10)
-    latency = {key: toy_record(SPACE.validate(__import__("json").loads(key)))["latency_ms"] for _, key in seen}
+    latency = {key: toy_record(SPACE.validate(json.loads(key))).latency_ms for _, key in seen}
     first = [latency[k] <= limit for g, k in seen if g == 0]
     last = [latency[k] <= limit for g, k in seen if g == 9]
     assert np.mean(last) > np.mean(first)
@@ -55,13 +56,17 @@ def test_latency_limit_steers_the_population():
 def test_replay_from_journal_repeats_no_evaluation(tmp_path):
     journal = EvaluationJournal(tmp_path / "evals.jsonl")
     calls = []
-    cached = CachedEvaluator(lambda arch: calls.append(1) or toy_record(arch), journal)
+    cached = _journaled(lambda arch: calls.append(1) or toy_record(arch), journal)
     first = run(5, evaluate=lambda arch: cached(arch))
     n_calls = len(calls)
     assert n_calls == len({k for _, k in first})  # each distinct arch evaluated once
-    replay_cache = CachedEvaluator(lambda arch: pytest.fail("evaluated again"), journal)
+    replay_cache = _journaled(lambda arch: pytest.fail("evaluated again"), journal)
     assert run(5, evaluate=lambda arch: replay_cache(arch)) == first
-    assert [r["id"] for r in replay_cache.records] == list(range(n_calls))
+    assert [c.id for c in replay_cache.records] == list(range(n_calls))
+
+
+def _journaled(evaluate, journal):
+    return journaled_candidates(evaluate, journal, "score")
 
 
 def test_truncated_journal_line_is_dropped(tmp_path):
@@ -83,11 +88,11 @@ def test_an_extra_objective_is_minimised_beside_latency():
     top = SPACE.gene_upper_bounds()[0]
 
     def with_macs(arch):
-        return dict(toy_record(arch), macs=float(top - SPACE.encode(arch)[0]))
+        return dataclasses.replace(toy_record(arch), macs=float(top - SPACE.encode(arch)[0]))
 
     def mean_last_macs(extra):
         seen = run(0, generations=10, evaluate=with_macs, extra=extra)
-        return np.mean([with_macs(SPACE.validate(json.loads(k)))["macs"] for g, k in seen if g == 9])
+        return np.mean([with_macs(SPACE.validate(json.loads(k))).macs for g, k in seen if g == 9])
 
     assert mean_last_macs(["macs"]) < mean_last_macs([])
     with pytest.raises(ValueError, match="extra_objectives"):

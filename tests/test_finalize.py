@@ -3,14 +3,16 @@ import copy
 import json
 import shutil
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-from conftest import SMOKE
+from conftest import SMOKE, made_up_baseline, made_up_candidate
 from nas.cli import main
+from nas.records import Candidate, FinalScores
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.reporting.report import headline
@@ -22,18 +24,22 @@ from nas.training.supernet_training import TrainConfig
 from search_spaces import arch_key
 
 
+def _candidate(i, arch, top1=0.0, latency_ms=1.0, **fields):
+    return Candidate(arch, arch_key(arch), "top1", top1, latency_ms, "toy", params=0, macs=0, id=i, **fields)
+
+
 def _records(points):
-    return [{"id": i, "arch": {"a": i}, "top1": m, "latency_ms": l} for i, (m, l) in enumerate(points)]
+    return [_candidate(i, {"a": i}, m, l) for i, (m, l) in enumerate(points)]
 
 
 def test_archs_over_the_search_latency_limit_are_not_finalised():
     records = _records([(80, 1), (82, 2), (90, 30)])
     limited = load_config(SMOKE, ["search.evolution.latency_limit_ms=2"]).search
-    assert [r["id"] for r in feasible_records(records, limited)] == [0, 1]
+    assert [c.id for c in feasible_records(records, limited)] == [0, 1]
     assert len(feasible_records(records, load_config(SMOKE).search)) == 3  # no limit
     switched = load_config(SMOKE, ["search.evolution.latency_limit_ms=2", "search.strategy=differentiable"]).search
     # the limit is the evolution's; a differentiable search hands over its derived arch (the last epoch's) alone
-    assert [r["id"] for r in feasible_records(records, switched)] == [2]
+    assert [c.id for c in feasible_records(records, switched)] == [2]
     every = load_config(SMOKE, ["search.strategy=differentiable", "search.differentiable.finalize_every_epoch=true"])
     assert len(feasible_records(records, every.search)) == 3
 
@@ -41,7 +47,7 @@ def test_archs_over_the_search_latency_limit_are_not_finalised():
 def test_selection_keeps_the_ends_of_the_front_and_fills_the_widest_gap():
     # front: latencies 1, 2, 3.5, 4, 8, 16; (70, 20) is slower than the front and worse than its best
     points = [(80, 1), (82, 2), (84, 4), (86, 8), (88, 16), (83.9, 3.5), (70, 20)]
-    latencies = lambda n: [r["latency_ms"] for r in select_spread(_records(points), "top1", n)]
+    latencies = lambda n: [c.latency_ms for c in select_spread(_records(points), n)]
     assert latencies(2) == [1, 16]  # the cheapest and the best arch of the front
     # [1, 16] -> the best arch in its middle half on a log scale ([2, 8]): 8; then [1, 8] -> 4; then [1, 4] -> 2
     assert latencies(3) == [1, 8, 16]
@@ -52,53 +58,53 @@ def test_selection_keeps_the_ends_of_the_front_and_fills_the_widest_gap():
 def test_selection_fills_a_gap_of_the_front_from_behind_it():
     # the front jumps from 1 to 16; archs behind it cover the gap
     points = [(80, 1), (88, 16), (79, 2.5), (79.5, 5), (78, 9), (60, 30)]
-    chosen = select_spread(_records(points), "top1", 4)
-    assert [r["latency_ms"] for r in chosen] == [1, 2.5, 5, 16]
+    chosen = select_spread(_records(points), 4)
+    assert [c.latency_ms for c in chosen] == [1, 2.5, 5, 16]
 
 
 def test_selection_fills_empty_gaps_and_skips_duplicates():
     points = [(80, 1), (88, 16), (79, 2), (85, 17), (60, 30)]
-    records = _records(points) + [dict(_records(points)[0], id=9)]  # the same arch again (e.g. DNAS epochs)
-    chosen = select_spread(records, "top1", 4)
-    assert len({json.dumps(r["arch"]) for r in chosen}) == 4
+    records = _records(points) + [replace(_records(points)[0], id=9)]  # the same arch again (e.g. DNAS epochs)
+    chosen = select_spread(records, 4)
+    assert len({json.dumps(c.arch) for c in chosen}) == 4
     # ends 1 and 16, then 2 inside [1, 16]; no arch is left inside [1, 2] or [2, 16]: the last place goes to the
     # next non-dominated layer (17)
-    assert sorted(r["latency_ms"] for r in chosen) == [1, 2, 16, 17]
-    assert select_spread(records, "top1", 0) == []
-    assert len(select_spread(records, "top1", 50)) == 5
+    assert sorted(c.latency_ms for c in chosen) == [1, 2, 16, 17]
+    assert select_spread(records, 0) == []
+    assert len(select_spread(records, 50)) == 5
     # a front of one arch, the cheapest and the best at once: chosen once, the other place from behind the front
-    alone = select_spread(_records([(90, 1), (80, 2), (70, 3)]), "top1", 2)
-    assert [r["latency_ms"] for r in alone] == [1, 2]
+    alone = select_spread(_records([(90, 1), (80, 2), (70, 3)]), 2)
+    assert [c.latency_ms for c in alone] == [1, 2]
 
 
 def test_selection_spreads_costs_that_rise_together():
     # MACs follow latency (slightly off, so that the two fronts differ): the places spread over one range
     # instead of each cost picking archs at the same levels
     latencies = [1, 1.5, 2, 3, 4, 6, 8, 12, 16]
-    records = [dict(r, macs=r["latency_ms"] * (1.1 if i % 2 else 1.0))
-               for i, r in enumerate(_records([(80 + i, lat) for i, lat in enumerate(latencies)]))]
-    chosen = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
-    assert [r["latency_ms"] for r in chosen] == [1, 4, 8, 16]
+    records = [replace(c, macs=c.latency_ms * (1.1 if i % 2 else 1.0))
+               for i, c in enumerate(_records([(80 + i, lat) for i, lat in enumerate(latencies)]))]
+    chosen = select_spread(records, 4, costs=("latency_ms", "macs"))
+    assert [c.latency_ms for c in chosen] == [1, 4, 8, 16]
 
 
 def test_selection_shares_its_places_among_the_costs():
     # latency and MACs disagree: the fast archs are MAC-heavy, the MAC-light ones slow
     points = [(80, 1, 9), (84, 2, 8), (88, 4, 7), (81, 8, 1), (85, 9, 2), (89, 10, 4), (70, 20, 20)]
-    records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
-    assert [r["id"] for r in select_spread(records, "top1", 2)] == [0, 5]  # the latency front's ends
-    both = select_spread(records, "top1", 4, costs=("latency_ms", "macs"))
+    records = [replace(c, macs=m) for c, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
+    assert [c.id for c in select_spread(records, 2)] == [0, 5]  # the latency front's ends
+    both = select_spread(records, 4, costs=("latency_ms", "macs"))
     # the ends of both fronts (0 and 5; 3 and 5), then the widest gap, latency [1, 8]: its best arch, 2
-    assert sorted(r["id"] for r in both) == [0, 2, 3, 5]
-    assert len(select_spread(records, "top1", 7, costs=("latency_ms", "macs"))) == 7
+    assert sorted(c.id for c in both) == [0, 2, 3, 5]
+    assert len(select_spread(records, 7, costs=("latency_ms", "macs"))) == 7
 
 
 def test_selection_fills_a_gap_of_one_cost_with_the_cheapest_on_the_others():
     # (top1, latency, MACs): the ends are 0 and 1 on both costs; the widest gap is MACs' [1, 10]. Of the better
     # half there by top-1 (3 and 4), 3 is the faster on latency; 5 is faster still but of the worse half
     points = [(80, 1, 1), (90, 9, 10), (85, 5, 3), (85.5, 3, 3.2), (86, 4.5, 3.1), (70, 2, 3)]
-    records = [dict(r, macs=m) for r, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
-    assert [r["id"] for r in select_spread(records, "top1", 3, costs=("latency_ms", "macs"))] == [0, 3, 1]
-    assert [r["id"] for r in select_spread(records, "top1", 3)] == [0, 4, 1]  # one cost: the best in the gap
+    records = [replace(c, macs=m) for c, (_, _, m) in zip(_records([(a, l) for a, l, _ in points]), points)]
+    assert [c.id for c in select_spread(records, 3, costs=("latency_ms", "macs"))] == [0, 3, 1]
+    assert [c.id for c in select_spread(records, 3)] == [0, 4, 1]  # one cost: the best in the gap
 
 
 def test_ranking_fidelity():
@@ -407,12 +413,9 @@ def test_screened_archs_continue_their_schedule(tmp_path):
 def test_headline_against_the_baselines():
     """The finalised archs are what a run hands over: once it has any, archs on inherited weights (id 2) are not
     matched against baselines."""
-    rows = [{"id": "1", "latency_ms": "2.0", "test_top1": "80", "final_test_top1": "85"},
-            {"id": "2", "latency_ms": "1.0", "test_top1": "84", "final_test_top1": ""},
-            {"id": "3", "latency_ms": "0.5", "test_top1": "", "final_test_top1": ""}]
-    base = [{"name": "big", "test_top1": "84.5", "latency_ms": "4.0"},
-            {"name": "small", "test_top1": "83", "latency_ms": "1.5"}, {"name": "huge", "test_top1": "90",
-                                                                      "latency_ms": "9"}]
+    rows = [made_up_candidate(1, 2.0, test=80, final_test=85), made_up_candidate(2, 1.0, test=84),
+            made_up_candidate(3, 0.5)]
+    base = [made_up_baseline("big", 84.5, 4.0), made_up_baseline("small", 83, 1.5), made_up_baseline("huge", 90, 9)]
     assert headline(rows, base, "top1") == [
         "big (84.50 test top1 at 4 ms): arch 1 has 85.00 at 2 ms, 2.00x the fps",
         "small (83.00 test top1 at 1.5 ms): arch 1 has 85.00 at 2 ms, 0.75x the fps",
@@ -488,8 +491,8 @@ def test_plan_is_kept_and_read_from_checkpoints_older_than_plans(tmp_path):
     """The plan round-trips through its file; a run directory from before plans were kept gives its training
     checkpoint's archs; archs a changed config no longer offers are refused with the reason."""
     assert FinalizationPlan.load(tmp_path, epochs=1.0) is None
-    records = [{"id": i, "arch": {"width": w}} for i, w in enumerate((8, 16, 24))]
-    keys = [arch_key(r["arch"]) for r in records]
+    records = [_candidate(i, {"width": w}) for i, w in enumerate((8, 16, 24))]
+    keys = [c.key for c in records]
     FinalizationPlan([keys[2], keys[0]], [2.0, 0.5]).save(tmp_path)
     plan = FinalizationPlan.load(tmp_path, epochs=1.0)
     assert plan == FinalizationPlan([keys[2], keys[0]], [2.0, 0.5]) and plan.records(records) == [records[2], records[0]]
@@ -576,6 +579,7 @@ def test_run_budget_shortens_the_finalisation(smoke_run, tmp_path, caplog):
 def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights():
     """The better of the trained net and the inherited subnet on the whole val split is kept (and its test scores
     reported)."""
+    from nas.records import FinalScores
     from nas.training.finalize import better_of
 
     class Task:
@@ -593,10 +597,10 @@ def test_finalisation_never_hands_over_an_arch_worse_than_its_inherited_weights(
         return module
 
     trained, inherited = net(80.0, 79.0), net(85.0, 84.0)
-    kept, scores, rejected = better_of(Task(), trained, inherited)
-    assert kept is inherited and scores == {"final_top1": 85.0, "final_test_top1": 84.0} and rejected == 80.0
-    kept, scores, rejected = better_of(Task(), net(86.0, 70.0), inherited)  # val decides, not test
-    assert scores == {"final_top1": 86.0, "final_test_top1": 70.0} and rejected is None
+    kept, scores, rejected = better_of(Task(), trained, inherited, epochs=1.234)
+    assert kept is inherited and scores == FinalScores(85.0, {"top1": 84.0}, epochs=0) and rejected == 80.0
+    kept, scores, rejected = better_of(Task(), net(86.0, 70.0), inherited, epochs=1.234)  # val decides, not test
+    assert scores == FinalScores(86.0, {"top1": 70.0}, epochs=1.23) and rejected is None
 
 
 def test_no_finalised_arch_of_the_smoke_run_scores_below_its_inherited_val(smoke_run):

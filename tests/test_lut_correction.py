@@ -63,6 +63,16 @@ def _foreign_table() -> LatencyTable:
     return table
 
 
+def _local_model_measured_here_as(factor: float, monkeypatch) -> LutCostModel:
+    """The smoke table with this machine's metadata, as if measured here, while this machine measures `factor`
+    times its latencies."""
+    local = LatencyTable.load(TABLE)
+    local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
+    monkeypatch.setattr(lut_validation, "measure_here", lambda space_, table, archs: factor * lut_validation._predicted(
+        space_, LutCostModel(table), archs))
+    return LutCostModel(local)
+
+
 def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
     space = _smoke_space()
     model = LutCostModel(_foreign_table())
@@ -84,11 +94,7 @@ def test_a_foreign_table_is_corrected_once_per_run(tmp_path, monkeypatch):
 def test_a_table_that_agrees_here_is_used_as_measured_and_never_is_unchecked(tmp_path, monkeypatch):
     """A table is always checked (host metadata cannot tell that it fits): within 10 % it stays as it is."""
     space = _smoke_space()
-    local = LatencyTable.load(TABLE)
-    local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
-    monkeypatch.setattr(lut_validation, "measure_here",
-                        lambda space_, table, archs: 1.05 * lut_validation._predicted(space_, LutCostModel(table), archs))
-    model = LutCostModel(local)
+    model = _local_model_measured_here_as(1.05, monkeypatch)
     correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path / "local"))
     record = json.loads((tmp_path / "local" / CORRECTION_FILE).read_text())
     assert model.correction is None and record["applied"] is False and record["measured_elsewhere"] == {}
@@ -104,11 +110,7 @@ def test_a_table_2x_off_on_this_machine_is_corrected_whatever_its_metadata(tmp_p
     """A table measured on this very host (its metadata matches) that reads half the latency measured here: the
     run's check finds it out and corrects it, and says so."""
     space = _smoke_space()
-    local = LatencyTable.load(TABLE)
-    local.metadata.update(OpenVinoProfiler(local.settings()).metadata())
-    monkeypatch.setattr(lut_validation, "measure_here",
-                        lambda space_, table, archs: 2.0 * lut_validation._predicted(space_, LutCostModel(table), archs))
-    model = LutCostModel(local)
+    model = _local_model_measured_here_as(2.0, monkeypatch)
     with caplog.at_level(logging.INFO):
         correct_for_this_machine(space, model, "auto", 5, 0, RunDir(tmp_path))
     record = json.loads((tmp_path / CORRECTION_FILE).read_text())

@@ -1,6 +1,6 @@
 import numpy as np
 
-from nas.pareto import front_at_latency, pareto_mask
+from nas.pareto import pareto_mask
 
 
 def test_pareto_mask():
@@ -16,8 +16,3 @@ def test_pareto_mask_random_against_brute_force():
     for i in range(60):
         dominated = any((m[j] >= m[i]) and (l[j] <= l[i]) and (m[j] > m[i] or l[j] < l[i]) for j in range(60))
         assert mask[i] == (not dominated)
-
-
-def test_front_at_latency():
-    assert front_at_latency([1, 2, 3], [1.0, 2.0, 3.0], 2.5) == 2
-    assert front_at_latency([1, 2, 3], [1.0, 2.0, 3.0], 0.5) is None

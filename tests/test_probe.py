@@ -98,7 +98,7 @@ def test_probe_trains_each_arch_once_and_reports(probed_run, capsys, caplog):
     # a second call trains nothing; a lost entry is trained again, alone
     lost = sorted(trained)[1]
     (run.path.parent / "cache" / lost).unlink()
-    caplog.set_level(logging.INFO, logger="nas.baselines.cached")
+    caplog.set_level(logging.INFO, logger="nas.baselines.cached_networks")
     assert main(["probe", str(run.path), "probe.archs=5", "--no-progress"]) == 0
     again = _cache_files(run)
     assert set(again) == set(trained)

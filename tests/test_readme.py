@@ -156,6 +156,8 @@ README_COMMANDS = {
     ".venv/bin/vpunas search configs/fmnist_mobilenet.yaml search.strategy=evolution --out runs/fmnist_mobilenet_evolution":
         None,
     # the 224-px data path on generated JPEGs: tests/test_bench_gpu.py runs both, the folder small
+    # the results page's check of the typed core on the smoke configs, which the suite runs (tests/conftest.py)
+    "vpunas search configs/<config>.yaml --out RUN": None,
     ".venv/bin/python scripts/make_imagefolder.py /tmp/jpegs": None,
     ".venv/bin/python scripts/bench_gpu.py --imagenet /tmp/jpegs --loader-workers 12": None,
     ".venv/bin/python scripts/bench_quality.py runs/fmnist_mobilenet --anchors configs/fmnist_mobilenet_smoke.yaml \\":

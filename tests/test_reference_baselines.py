@@ -19,6 +19,7 @@ import torch.nn as nn
 from conftest import EVOLVE_ONE_GENERATION, NO_FINALIZATION, REPO, SCORE_ON_200, SMOKE, TRAIN_ON_512
 from nas.baselines.cache import CACHE_ENV, BaselineCache, cache_dir
 from nas.baseline_entries import read_baselines
+from nas.records import read_baseline_results
 from nas.baselines import BASELINE_TYPES
 from nas.cli import main
 from nas.config import ConfigError, load_config
@@ -120,7 +121,7 @@ def test_reference_rows_are_trained_scored_and_costed(runs):
     assert "trained from scratch (6 steps" in row["note"] and "total stride 8" in row["note"]
     assert (first.checkpoint_dir / "baseline_mnv2.pt").exists()
     assert json.loads(row["arch"]) == {"network": "mobilenet_v2", "width": 0.35}
-    assert reference_label(row) == "MobileNetV2-0.35"
+    assert [reference_label(b) for b in read_baseline_results(first.baselines)] == ["MobileNetV2-0.35"]
 
 
 def test_a_second_run_reads_the_cache(runs):
@@ -156,11 +157,11 @@ def test_a_damaged_cache_entry_is_trained_again(runs, tmp_path, monkeypatch, cap
     key_path = next(p for p in cache.glob("mobilenet_v2-*.pt"))
     key_path.write_bytes(key_path.read_bytes()[:2000])
     with caplog.at_level(logging.INFO):
-        row = BASELINE_TYPES["reference"][1](ctx, None, ctx.config.baselines[0])
+        result, _ = BASELINE_TYPES["reference"][1](ctx, None, ctx.config.baselines[0])
     assert "baseline cache" in caplog.text and "damaged" in caplog.text and "cached in" in caplog.text
     assert (tmp_path / "run" / "checkpoint" / "baseline_mnv2.pt").exists()
     before = next(r for r in read_csv(first.baselines) if r["name"] == "mnv2")
-    assert (row["top1"], row["test_top1"]) == (float(before["top1"]), float(before["test_top1"]))  # same training
+    assert (result.score, result.test_figure) == (float(before["top1"]), float(before["test_top1"]))  # same training
     assert torch.load(key_path, weights_only=True)["steps"] == 6  # the entry is whole again
 
 

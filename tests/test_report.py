@@ -1,5 +1,6 @@
 """The report page of a run (front, toggles, tables, arch pictures, stage times), the comparison of runs and the
 papers' table (scripts/paper_table.py), on the session's smoke run."""
+import dataclasses
 import json
 import re
 import shutil
@@ -9,10 +10,15 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, made_up_baseline, made_up_candidate
 from nas.reporting.arch_picture import arch_summary, arch_svg
 from nas.cli import main
 from nas.rundir import RunDir, read_csv
+from search_spaces.common import StageConfig
+from search_spaces.edsr import EdsrSpaceConfig
+from search_spaces.hybrid import HybridSpaceConfig, HybridStageConfig
+from search_spaces.mobilenet import MobileNetSpaceConfig, MobileNetStageConfig
+from search_spaces.resnet import ResNetSpaceConfig
 from nas.run import StageClock
 
 
@@ -150,41 +156,46 @@ def test_paper_table(smoke_run):
 
 
 ARCHS = {"mobilenet": ({"depth": [1, 2], "kernel": [[3], [5, 7]], "expand": [[3], [4, 6]]},
-                       {"stages": [{"width": 16, "stride": 1, "depths": [1, 2]},
-                                   {"width": 24, "stride": 2, "depths": [1, 2]}]}, 3, "k7 e6"),
+                       MobileNetSpaceConfig(stages=[MobileNetStageConfig(width=16, stride=1, depths=[1, 2]),
+                                                    MobileNetStageConfig(width=24, stride=2, depths=[1, 2])]),
+                       3, "k7 e6"),
          "resnet": ({"depth": [2], "width": [0.8], "expand": [[0.25, 0.5]]},
-                    {"stages": [{"width": 40, "stride": 1, "depths": [1, 2, 3]}], "channel_divisor": 4}, 2, "32 ch"),
+                    ResNetSpaceConfig(stages=[StageConfig(width=40, stride=1, depths=[1, 2, 3])], channel_divisor=4),
+                    2, "32 ch"),
          "edsr": ({"blocks": 2, "channels": 16, "kernel": [3, 5], "res_scale": 0.5, "global_skip": "bicubic",
-                   "upsampler": "subpixel"}, {"depths": [1, 2, 3], "channels": [8, 16], "scale": 2}, 4, "x2")}
+                   "upsampler": "subpixel"}, EdsrSpaceConfig(depths=[1, 2, 3], channels=[8, 16], scale=2), 4, "x2"),
+         "hybrid": ({"stem": 16, "depth": [1], "width": [32], "block": [["ib"]], "kernel": [[3]], "expand": [[4]],
+                     "head": 256}, HybridSpaceConfig(stages=[HybridStageConfig(widths=[32, 48], depths=[1, 2])]), 1,
+                    "ib k3 e4")}
 
 
 @pytest.mark.parametrize("family", sorted(ARCHS))
 def test_arch_pictures(family):
+    """Each family draws its archs from the run's space config, and sums them up in a line."""
     arch, space, boxes, text = ARCHS[family]
     svg = arch_svg(arch, space)
     assert svg.startswith('<svg class="arch"') and svg.count("<rect") == boxes + 1  # one box dashed: a depth left out
     assert svg.count('class="ghost"') == 1 and text in svg
-    assert arch_svg(arch) is not None and arch_summary(arch)  # without the space config too
+    assert arch_summary(arch, space) != arch_summary(arch, None) == json.dumps(arch, sort_keys=True,
+                                                                              separators=(",", ":"))
+    assert arch_svg(arch, None) is None  # a run whose config no longer loads: no picture
 
 
 def test_a_plain_edsr_body_is_named_without_residual_scaling():
     arch, space, *_ = ARCHS["edsr"]
     plain = dict(arch, block="plain", res_scale=1.0)
     assert "2 plain layers x 16 ch" in arch_svg(plain, space) and "res_scale" not in arch_svg(plain, space)
-    assert arch_summary(plain).startswith("2 plain layers x 16 ch; kernel") and "res_scale" not in arch_summary(plain)
+    assert arch_summary(plain, space).startswith("2 plain layers x 16 ch; kernel")
+    assert "res_scale" not in arch_summary(plain, space)
     assert "2 residual blocks x 16 ch · res_scale 0.5" in arch_svg(arch, space)
 
 
 def test_arch_picture_names_a_stage_s_squeeze_excite_and_activation():
     arch, space, *_ = ARCHS["mobilenet"]
-    stages = [space["stages"][0], dict(space["stages"][1], se=True, activation="hardswish", expand_ratios=[1, 8])]
-    svg = arch_svg(arch, dict(space, stages=stages))
+    stages = [space.stages[0], dataclasses.replace(space.stages[1], se=True, activation="hardswish",
+                                                   expand_ratios=[1, 8])]
+    svg = arch_svg(arch, dataclasses.replace(space, stages=stages))
     assert "stage 2 · 24 ch · stride 2 · SE · hardswish · depth 2/2" in svg and "stage 1 · 16 ch · stride 1 · depth" in svg
-
-
-def test_arch_of_another_family_is_its_json():
-    assert arch_svg({"cells": [1, 2]}) is None
-    assert arch_summary({"cells": [1, 2]}) == '{"cells":[1,2]}'
 
 
 def test_papers_sentence_names_reference_baselines_by_network():
@@ -192,11 +203,11 @@ def test_papers_sentence_names_reference_baselines_by_network():
     sentence while references exist."""
     from nas.reporting.report import baseline_matches, paper_sentence, reference_label
 
-    rows = [{"id": "4", "latency_ms": "1.0", "test_top1": "92.0"}, {"id": "7", "latency_ms": "2.0", "test_top1": "93"}]
-    base = [{"name": "largest", "test_top1": "91", "latency_ms": "3", "arch": '{"depth":[1]}'},
-            {"name": "a", "test_top1": "91.5", "latency_ms": "1.3", "arch": '{"network":"mobilenet_v2","width":1.4}'},
-            {"name": "b", "test_top1": "92.5", "latency_ms": "4.4", "arch": '{"network":"resnet50"}'},
-            {"name": "c", "test_top1": "95", "latency_ms": "9", "arch": '{"network":"mobilenet_v2","width":1.0}'}]
+    rows = [made_up_candidate(4, 1.0, test=92.0), made_up_candidate(7, 2.0, test=93)]
+    base = [made_up_baseline("largest", 91, 3, arch={"depth": [1]}),
+            made_up_baseline("a", 91.5, 1.3, "reference", {"network": "mobilenet_v2", "width": 1.4}),
+            made_up_baseline("b", 92.5, 4.4, "reference", {"network": "resnet50"}),
+            made_up_baseline("c", 95, 9, "reference", {"network": "mobilenet_v2", "width": 1.0})]
     assert [reference_label(b) for b in base] == [None, "MobileNetV2-1.4", "ResNet50-style", "MobileNetV2-1.0"]
     matches = baseline_matches(rows, base, "top1")
     assert [m.title for m in matches] == ["largest", "a (MobileNetV2-1.4)", "b (ResNet50-style)",

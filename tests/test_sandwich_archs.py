@@ -65,7 +65,7 @@ def test_the_window_sandwich_trains_within_the_limit_spread_over_it(hybrid):
 
 
 def test_a_run_trains_its_window_only_with_a_latency_limit(hybrid):
-    from nas.context import SearchContext
+    from nas.search_context import SearchContext
     from nas.strategies.sandwich import sandwich_archs
 
     space = hybrid[0]

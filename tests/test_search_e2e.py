@@ -94,9 +94,11 @@ def test_export_front_arch(smoke_run, fmt, suffix, tmp_path):
 
 
 def test_int8_export_of_a_finalised_arch(smoke_run, tmp_path):
-    """The INT8 model scores what the run recorded for it, within the default bound of the float model's top-1,
-    which is the run's float test top-1 of that arch."""
-    row = next(r for r in read_csv(smoke_run.candidates) if r["final_top1"] != "")
+    """The INT8 model of a finalised arch that the run recorded within the default bound scores what the run
+    recorded for it (the float model's top-1 is the run's float test top-1 of that arch). A smoke run's barely
+    trained archs lose from under 0.1 to over 1 point in INT8, so the arch is one of those within the bound."""
+    row = next(r for r in read_csv(smoke_run.candidates)
+               if r["final_top1"] != "" and float(r["final_test_top1"]) - float(r["final_int8_test_top1"]) <= 1.0)
     target = tmp_path / "model.xml"
     assert main(["export", str(smoke_run.path), "--arch", row["id"], "--format", "openvino", "--precision", "int8",
                  "-o", str(target)]) == 0

@@ -11,12 +11,13 @@ import pytest
 import yaml
 
 from conftest import SMOKE, toy_problem, toy_record
+from nas.records import Candidate
 from nas.config import ConfigError, config_to_yaml, load_config
 from nas.errors import RunDirError
 from nas.strategies.evolution import EvolutionConfig, EvolutionStrategy
 from nas.strategies.sandwich import FrontSettings
 from nas.rundir import RunDir
-from nas.context import SearchContext
+from nas.search_context import SearchContext
 from nas.strategies import STRATEGIES, SearchConfig, SearchStrategy, register_strategy
 
 
@@ -103,11 +104,11 @@ def test_what_a_strategy_declares_decides_finalisation_sandwich_and_scale_out(lo
     sandwich settings apply, whether torchrun may run it."""
     from nas.training.finalize import feasible_records
 
-    records = [{"id": i, "arch": {}, "top1": 80 + i, "latency_ms": i + 1.0} for i in range(3)]
+    records = [Candidate({}, str(i), "top1", 80 + i, i + 1.0, "toy", params=0, macs=0, id=i) for i in range(3)]
     limited = ["search.evolution.latency_limit_ms=2", "search.evolution.extra_objectives=[macs]"]
     evolution = load_config(SMOKE, limited).search
     assert evolution.finalize_scope() == (2, ("latency_ms", "macs"))
-    assert [r["id"] for r in feasible_records(records, evolution)] == [0, 1]
+    assert [c.id for c in feasible_records(records, evolution)] == [0, 1]
     local = load_config(SMOKE, [*limited, "search.strategy=local_search"]).search
     assert local.strategy_class is local_search and local.finalize_scope() == (None, ("latency_ms",))
     assert len(feasible_records(records, local)) == 3
@@ -178,12 +179,12 @@ def toy_evolution(monkeypatch):
     return make
 
 
-def _assert_state_of(state: dict, records: list[dict]) -> None:
+def _assert_state_of(state: dict, records: list[Candidate]) -> None:
     """`state` is the progress after its generation: the archs of that generation, the new ones in the order
     they were evaluated."""
     generation = state["generation"] - 1
-    keys = {r["key"] for r in records}
-    new = [r["key"] for r in records if r["generation"] == generation]
+    keys = {c.key for c in records}
+    new = [c.key for c in records if c.generation == generation]
     population = state["population"]
     assert len(population) == 8 and set(population) <= keys and new
     assert [k for k in population if k in new] == new
@@ -249,4 +250,4 @@ def test_a_run_records_the_evolution_state(smoke_run):
     """The smoke run's checkpoint/strategy.json: its three generations, the last one's archs."""
     state = json.loads(smoke_run.strategy_state.read_text())
     assert state["generation"] == 3
-    _assert_state_of(state, list(smoke_run.journal))
+    _assert_state_of(state, [Candidate.from_journal(entry, "top1") for entry in smoke_run.journal])

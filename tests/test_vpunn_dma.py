@@ -1,7 +1,6 @@
 """DMA: the DMA NN (dma_2_7.vpunn) and the legacy theoretical DMA model against the official vectors."""
 from __future__ import annotations
 
-import csv
 
 import numpy as np
 import pytest
@@ -10,15 +9,14 @@ from hw_cost.vpunn import (DMADirection, DMAWorkload, DmaModel, VPUDevice, Vpunn
                            error_name, theoretical_dma_cycles)
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
-from conftest import VPUNN_VECTORS
+from conftest import vector_rows
 
-MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
+MODELS = SHIPPED_MODEL_DIR
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    with open(VECTORS / "vpunn_dma.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
+    return vector_rows("vpunn_dma.csv")
 
 
 def test_dma_nn_cycles_exact(rows):

@@ -1,7 +1,6 @@
 """DPU workloads against the official vectors: sanitizer, descriptors v10/v11, theoretical cycles, NN cycles."""
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 
 import numpy as np
@@ -17,31 +16,21 @@ from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
 from hw_cost.vpunn.sanitizer import broken_rules, check, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, workloads_to_matrix
-from conftest import VPUNN_VECTORS, assert_descriptors_bit_exact
+from conftest import assert_descriptors_bit_exact, nn_tolerance, vector_rows
 
-MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
+MODELS = SHIPPED_MODEL_DIR
 STEM = {"VPU_2_0": "vpu_2_0", "VPU_2_7": "vpu_2_7"}
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    with open(VECTORS / "vpunn_dpu.csv", newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
-@pytest.fixture(scope="module")
-def matrix(rows) -> np.ndarray:
-    return workloads_to_matrix([workload_from_row(r) for r in rows])
+    return vector_rows("vpunn_dpu.csv")
 
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, DpuModel]:
     return {f"{stem}{sfx}": DpuModel(read_vpunn(MODELS / f"{stem}{sfx}.vpunn")) for stem in STEM.values()
             for sfx in ("", ".fast")}
-
-
-def _tolerance(ref: np.ndarray) -> np.ndarray:
-    return np.maximum(1, 1e-5 * ref)
 
 
 # -- sanitizer and theoretical cycles -------------------------------------------------------------------------
@@ -77,9 +66,7 @@ def test_theoretical_cycles_exact(rows, matrix):
 
 @pytest.mark.parametrize("version, size", [(10, 67), (11, 93)])
 def test_descriptors_bit_exact(rows, matrix, version, size):
-    with open(VECTORS / f"vpunn_dpu_descriptors_v{version}.csv", newline="") as fh:
-        desc = list(csv.DictReader(fh))
-    assert_descriptors_bit_exact(rows, matrix, desc, version, size)
+    assert_descriptors_bit_exact(rows, matrix, vector_rows(f"vpunn_dpu_descriptors_v{version}.csv"), version, size)
 
 
 def _conv(device=VPUDevice.VPU_2_7, **kw) -> DPUWorkload:
@@ -145,9 +132,9 @@ def test_cycles_match_official(rows, matrix, models, device, fast):
     # order in one of them is multiplied by up to C_out/32 (seen once, fast 2.0 model, 2 cycles).
     extrapolated = np.array([rows[i]["linear_extrapolated"] == "1" for i in sel])
     c_out = matrix[sel, F.out_c]
-    tol = np.where(extrapolated, 1 + np.ceil(c_out / 32), _tolerance(ref))
+    tol = np.where(extrapolated, 1 + np.ceil(c_out / 32), nn_tolerance(ref))
     assert (diff <= tol).all(), [(rows[sel[i]]["id"], got[i], ref[i]) for i in np.nonzero(diff > tol)[0][:5]]
-    assert (diff[~extrapolated] <= _tolerance(ref[~extrapolated])).all()
+    assert (diff[~extrapolated] <= nn_tolerance(ref[~extrapolated])).all()
     assert (diff == 0).mean() > 0.9
 
 
@@ -222,7 +209,7 @@ def test_batching_cache_and_single_calls_agree(rows, matrix):
     fresh = DpuModel(read_vpunn(MODELS / "vpu_2_7.vpunn"), cache_size=0)
     singles = np.array([fresh.cost(matrix[[i]])[0] for i in sel])
     assert fresh.cache_len == 0
-    assert (np.abs(singles - batched) <= _tolerance(batched)).all()
+    assert (np.abs(singles - batched) <= nn_tolerance(batched)).all()
     assert model.cost_one(workload_from_row(rows[sel[0]])) == (int(batched[0]), error_name(batched[0]))
 
 

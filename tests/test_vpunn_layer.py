@@ -1,7 +1,6 @@
 """The layer model against every row of vpunn_layer.csv: cycles, errors, per-tile details and DMA variants."""
 from __future__ import annotations
 
-import csv
 
 import numpy as np
 import pytest
@@ -13,17 +12,15 @@ from hw_cost.vpunn.layer import _halvings
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.tables import STRATEGY_NAMES
-from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
+from conftest import int_list, vector_rows_by_device, vpunn_layer_of_row
 
-MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
+MODELS = SHIPPED_MODEL_DIR
 DEVICES = ("VPU_2_7", "VPU_2_0")
 
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, list[dict]]:
-    with open(VECTORS / "vpunn_layer.csv", newline="") as fh:
-        all_rows = list(csv.DictReader(fh))
-    return {d: [r for r in all_rows if r["device"] == d] for d in DEVICES}
+    return vector_rows_by_device("vpunn_layer.csv", DEVICES)
 
 
 @pytest.fixture(scope="module")

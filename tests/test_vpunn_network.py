@@ -1,7 +1,6 @@
 """VpunnCostModel: specs and options, the per-layer rules, consistency with the layer vectors, NNI profiler."""
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 
 import numpy as np
@@ -13,9 +12,9 @@ import hw_cost.vpunn.paths as vpaths
 from hw_cost import Block, CostModelError, LayerSpec, extract_layers, load_cost_model
 from hw_cost.vpunn import DdrPolicy, Operation, VpunnCostModel, VpunnError, dpu_layer, load_vpunn_cost_model
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
-from conftest import VPUNN_VECTORS
+from conftest import vector_rows
 
-MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
+MODELS = SHIPPED_MODEL_DIR
 
 
 @pytest.fixture(scope="module")
@@ -92,9 +91,8 @@ def _assert_layers_match(model, layers, ref: list[dict], tolerance: int) -> None
 
 def test_mobilenet_layers_match_official_layer_costs(vpu27, mobilenet_layers):
     """Each MobileNetV2@224 layer in the vectors (AUTO_MIN, VPU 2.7, uint8) costs exactly as the official Layer()."""
-    with open(VECTORS / "vpunn_layer.csv", newline="") as fh:
-        ref = [r for r in csv.DictReader(fh) if r["network"] == "mobilenet_v2" and r["device"] == "VPU_2_7"
-               and r["strategy"] == "AUTO_MIN" and r["in_dtype"] == "UINT8"]
+    ref = [r for r in vector_rows("vpunn_layer.csv") if r["network"] == "mobilenet_v2" and r["device"] == "VPU_2_7"
+           and r["strategy"] == "AUTO_MIN" and r["in_dtype"] == "UINT8"]
     _assert_layers_match(vpu27, mobilenet_layers, ref, tolerance=1)
 
 
@@ -102,9 +100,8 @@ def test_mobilenet_layers_match_official_layer_costs(vpu27, mobilenet_layers):
 def test_npu45_mobilenet_layers_match_official_layer_costs(device, mobilenet_layers):
     """MobileNetV2@224 on VPU 4.0 / NPU 5.0 with the reference vectors' 4 tiles: every DPU layer of the vectors
     (AUTO_MIN over the seven strategies, uint8) costs as the official Layer(), within 1 cycle per workload."""
-    with open(VECTORS / "npu45" / "npu45_layer.csv", newline="") as fh:
-        ref = [r for r in csv.DictReader(fh) if r["network"] == "mobilenet_v2" and r["device"] == device
-               and r["strategy"] == "AUTO_MIN" and r["in_dtype"] == "UINT8"]
+    ref = [r for r in vector_rows("npu45/npu45_layer.csv") if r["network"] == "mobilenet_v2" and r["device"] == device
+           and r["strategy"] == "AUTO_MIN" and r["in_dtype"] == "UINT8"]
     _assert_layers_match(load_vpunn_cost_model(device, n_tiles=4), mobilenet_layers, ref, tolerance=2)
 
 

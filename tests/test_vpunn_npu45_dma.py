@@ -6,7 +6,6 @@ the library's and no ceil moves on these rows.
 """
 from __future__ import annotations
 
-import csv
 from dataclasses import replace
 
 import numpy as np
@@ -18,20 +17,14 @@ from hw_cost.vpunn.dma import (DMA40_COLUMNS, DMAWorkloadNPU40_50, DmaModel, dma
 from hw_cost.vpunn.enums import DMADirection, NumDMAEngine
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
-from conftest import VPUNN_VECTORS
+from conftest import vector_rows
 
-NPU45 = VPUNN_VECTORS / "npu45"
 MODELS = {"dma_4_0": ("02", VPUDevice.VPU_4_0), "dmann_5_0": ("03", VPUDevice.NPU_5_0)}
-
-
-def _read(name: str) -> list[dict]:
-    with open(NPU45 / name, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return _read("npu45_dma.csv")
+    return vector_rows("npu45/npu45_dma.csv")
 
 
 @pytest.fixture(scope="module", params=sorted(MODELS))
@@ -55,7 +48,7 @@ def test_model_interfaces(case):
 def test_descriptors_exact(case):
     model, mine, workloads, version = case
     ref = {r["id"]: np.array([float(r[f"d{i}"]) for i in range(len(r) - 1)], np.float32)
-           for r in _read(f"npu45_dma_descriptors_{version}.csv")}
+           for r in vector_rows(f"npu45/npu45_dma_descriptors_{version}.csv")}
     got = model.descriptors(workloads)
     assert got.dtype == np.float32 and got.shape == (len(mine), model.network.input_size)
     for r, d in zip(mine, got):

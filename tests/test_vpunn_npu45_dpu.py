@@ -6,7 +6,6 @@ float32 matrix product does not reproduce the library's dot-product order (docs/
 """
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import replace
 
@@ -21,35 +20,20 @@ from hw_cost.vpunn.reader import FCLayer, VpunnNetwork, read_vpunn
 from hw_cost.vpunn.sanitizer import check, cmx_required, sanitize
 from hw_cost.vpunn.theoretical import theoretical_cycles
 from hw_cost.vpunn.workload import F, UNSET, workloads_to_matrix
-from conftest import VPUNN_VECTORS, assert_descriptors_bit_exact
+from conftest import assert_descriptors_bit_exact, nn_tolerance, vector_rows
 
-NPU45 = VPUNN_VECTORS / "npu45"
 MODEL = {"VPU_4_0": "vpu_4_0.vpunn", "NPU_5_0": "vpu_5_1.vpunn"}
 VERSION = {"VPU_4_0": 4011, "NPU_5_0": 5114}
 
 
-def _read(name: str) -> list[dict]:
-    with open(NPU45 / name, newline="") as fh:
-        return list(csv.DictReader(fh))
-
-
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
-    return _read("npu45_dpu.csv")
-
-
-@pytest.fixture(scope="module")
-def matrix(rows) -> np.ndarray:
-    return workloads_to_matrix([workload_from_row(r) for r in rows])
+    return vector_rows("npu45/npu45_dpu.csv")
 
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, DpuModel]:
     return {dev: DpuModel(read_vpunn(SHIPPED_MODEL_DIR / name)) for dev, name in MODEL.items()}
-
-
-def _tolerance(ref: np.ndarray) -> np.ndarray:
-    return np.maximum(1, 1e-5 * ref)
 
 
 # -- sanitizer, CMX and theoretical cycles --------------------------------------------------------------------
@@ -96,7 +80,7 @@ def test_theoretical_cycles_exact(rows, matrix):
 
 @pytest.mark.parametrize("version, size", [(4011, 93), (5114, 53)])
 def test_descriptors_bit_exact(rows, matrix, version, size):
-    assert_descriptors_bit_exact(rows, matrix, _read(f"npu45_dpu_descriptors_{version}.csv"), version, size)
+    assert_descriptors_bit_exact(rows, matrix, vector_rows(f"npu45/npu45_dpu_descriptors_{version}.csv"), version, size)
 
 
 # -- cycles ---------------------------------------------------------------------------------------------------
@@ -110,7 +94,7 @@ def test_cycles_match_official(rows, matrix, models, device):
     assert [error_name(c) for c in got] == [rows[i]["error"] for i in sel]
     ref = np.array([int(rows[i]["cycles"]) for i in sel])
     diff = np.abs(got - ref)
-    assert (diff <= _tolerance(ref)).all(), [(rows[sel[i]]["id"], got[i], ref[i]) for i in np.nonzero(diff > 1)[0]]
+    assert (diff <= nn_tolerance(ref)).all(), [(rows[sel[i]]["id"], got[i], ref[i]) for i in np.nonzero(diff > 1)[0]]
     assert (diff == 0).mean() > 0.99
     valid = [i for i in sel if rows[i]["sanitized_ok"] == "1"]
     raw = model.nn_values(model.descriptors(matrix[valid]))

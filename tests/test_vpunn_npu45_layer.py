@@ -2,7 +2,6 @@
 details, cycles and the four DMA variants, for the seven strategies of these devices and AUTO_MIN."""
 from __future__ import annotations
 
-import csv
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from hw_cost.vpunn.reader import read_vpunn
 from hw_cost.vpunn.sanitizer import check, layer_fixups, sanitize
 from hw_cost.vpunn.tables import STRATEGY_NAMES
 from hw_cost.vpunn.workload import F, workloads_to_matrix
-from conftest import VPUNN_VECTORS, int_list, vpunn_layer_of_row
+from conftest import int_list, vector_rows_by_device, vpunn_layer_of_row
 
 #: device -> (DPU model, DMA model), the pairing of the reference vectors (docs/vpunn.md §1.3)
 MODELS = {"VPU_4_0": ("vpu_4_0.vpunn", "dma_4_0.vpunn"), "NPU_5_0": ("vpu_5_1.vpunn", "dmann_5_0.vpunn")}
@@ -27,9 +26,7 @@ DMA_COLUMNS = {"cycles_wdma_theo": (dict(prefetching=False), False),
 
 @pytest.fixture(scope="module")
 def rows() -> dict[str, list[dict]]:
-    with open(VPUNN_VECTORS / "npu45" / "npu45_layer.csv", newline="") as fh:
-        all_rows = list(csv.DictReader(fh))
-    return {d: [r for r in all_rows if r["device"] == d] for d in MODELS}
+    return vector_rows_by_device("npu45/npu45_layer.csv", MODELS)
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The .vpunn reader: the shipped files, synthetic files built with flatbuffers, and every error path."""
 from __future__ import annotations
 
-import csv
 
 import flatbuffers
 import numpy as np
@@ -11,9 +10,9 @@ from hw_cost import CostModelError
 from hw_cost.vpunn import DmaModel, DpuModel, VpunnError, parse_model_name, read_vpunn
 from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import parse_vpunn
-from conftest import VPUNN_VECTORS
+from conftest import vector_rows
 
-MODELS, VECTORS = SHIPPED_MODEL_DIR, VPUNN_VECTORS
+MODELS = SHIPPED_MODEL_DIR
 
 
 # -- a writer for synthetic files (the schema of docs/vpunn.md §1.1) --------------------------------------
@@ -24,6 +23,17 @@ def _vector(b, values, kind: str):
     for v in reversed(values):
         prepend(v)
     return b.EndVector()
+
+
+def _table(b, *slots) -> int:
+    """A table whose fields are `slots` in order, each (kind, value): "off" an offset of something built before,
+    "i1" / "u1" / "i4" / "u4" a scalar."""
+    prepend = {"off": b.PrependUOffsetTRelativeSlot, "i1": b.PrependInt8Slot, "u1": b.PrependUint8Slot,
+               "i4": b.PrependInt32Slot, "u4": b.PrependUint32Slot}
+    b.StartObject(len(slots))
+    for field, (kind, value) in enumerate(slots):
+        prepend[kind](field, value, 0)
+    return b.EndObject()
 
 
 def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN", chain: bool = True,
@@ -48,45 +58,21 @@ def build_vpunn(name: str, layers, *, tag: int = 1, identifier: bytes = b"VPUN",
         ops.append((f"fc_{j}", ins, [out], act))
         current = out
 
-    buf_offs = []
-    for data in buffers:
-        vec = b.CreateByteVector(data)
-        b.StartObject(1)
-        b.PrependUOffsetTRelativeSlot(0, vec, 0)
-        buf_offs.append(b.EndObject())
+    buf_offs = [_table(b, ("off", b.CreateByteVector(data))) for data in buffers]
     ten_offs = []
     for tname, shape, bidx in tensors:
         s, sh = b.CreateString(tname), _vector(b, shape, "u4")
-        b.StartObject(4)
-        b.PrependUOffsetTRelativeSlot(0, s, 0)
-        b.PrependUOffsetTRelativeSlot(1, sh, 0)
-        b.PrependInt8Slot(2, weight_type if bidx else 0, 0)
-        b.PrependUint32Slot(3, bidx, 0)
-        ten_offs.append(b.EndObject())
+        ten_offs.append(_table(b, ("off", s), ("off", sh), ("i1", weight_type if bidx else 0), ("u4", bidx)))
     op_offs = []
     for oname, ins, outs, act in ops:
         s, vi, vo = b.CreateString(oname), _vector(b, ins, "i4"), _vector(b, outs, "i4")
-        b.StartObject(0)
-        impl = b.EndObject()
-        b.StartObject(6)
-        b.PrependUOffsetTRelativeSlot(0, s, 0)
-        b.PrependUOffsetTRelativeSlot(1, vi, 0)
-        b.PrependUOffsetTRelativeSlot(2, vo, 0)
-        b.PrependUint8Slot(3, tag, 0)
-        b.PrependUOffsetTRelativeSlot(4, impl, 0)
-        b.PrependInt32Slot(5, act, 0)
-        op_offs.append(b.EndObject())
+        impl = _table(b)
+        op_offs.append(_table(b, ("off", s), ("off", vi), ("off", vo), ("u1", tag), ("off", impl), ("i4", act)))
     name_off = b.CreateString(name)
     vt, vops, vbuf = _vector(b, ten_offs, "off"), _vector(b, op_offs, "off"), _vector(b, buf_offs, "off")
     vin, vout = _vector(b, [0], "i4"), _vector(b, [current], "i4")
-    b.StartObject(6)
-    b.PrependUOffsetTRelativeSlot(0, name_off, 0)
-    b.PrependUOffsetTRelativeSlot(1, vt, 0)
-    b.PrependUOffsetTRelativeSlot(2, vin, 0)
-    b.PrependUOffsetTRelativeSlot(3, vout, 0)
-    b.PrependUOffsetTRelativeSlot(4, vops, 0)
-    b.PrependUOffsetTRelativeSlot(5, vbuf, 0)
-    b.Finish(b.EndObject(), file_identifier=identifier)
+    model = _table(b, ("off", name_off), ("off", vt), ("off", vin), ("off", vout), ("off", vops), ("off", vbuf))
+    b.Finish(model, file_identifier=identifier)
     return bytes(b.Output())
 
 
@@ -232,10 +218,8 @@ def test_shipped_files(file):
 
 @pytest.mark.parametrize("version, stem", [(10, "vpu_2_0"), (11, "vpu_2_7")])
 def test_forward_matches_official_raw_outputs(version, stem):
-    with open(VECTORS / "vpunn_dpu.csv", newline="") as fh:
-        official = {r["id"]: r for r in csv.DictReader(fh)}
-    with open(VECTORS / f"vpunn_dpu_descriptors_v{version}.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
+    official = {r["id"]: r for r in vector_rows("vpunn_dpu.csv")}
+    rows = vector_rows(f"vpunn_dpu_descriptors_v{version}.csv")
     x = np.array([[float(v) for k, v in r.items() if k != "id"] for r in rows], dtype=np.float32)
     for suffix, column in (("", "raw_nn_output"), (".fast", "raw_nn_output_fast")):
         got = read_vpunn(MODELS / f"{stem}{suffix}.vpunn").forward(x)

@@ -2,7 +2,6 @@
 the batch-1 path adds (the NN pass of a few rows, the 6-decimal sparsity rounding)."""
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ from hw_cost.vpunn.paths import SHIPPED_MODEL_DIR
 from hw_cost.vpunn.reader import SMALL_BATCH, read_vpunn
 from hw_cost.vpunn.sanitizer import check
 from hw_cost.vpunn.workload import FIELDS, workloads_to_matrix
-from conftest import VPUNN_VECTORS
+from conftest import vector_rows
 
 # model file -> (vectors, device rows it costs)
 CASES = {"vpu_2_0": ("vpunn_dpu.csv", "VPU_2_0"), "vpu_2_7": ("vpunn_dpu.csv", "VPU_2_7"),
@@ -24,8 +23,7 @@ CASES = {"vpu_2_0": ("vpunn_dpu.csv", "VPU_2_0"), "vpu_2_7": ("vpunn_dpu.csv", "
 
 
 def _matrix(vectors: str, device: str) -> np.ndarray:
-    with open(VPUNN_VECTORS / vectors, newline="") as fh:
-        return workloads_to_matrix([workload_from_row(r) for r in csv.DictReader(fh) if r["device"] == device])
+    return workloads_to_matrix([workload_from_row(r) for r in vector_rows(vectors) if r["device"] == device])
 
 
 @pytest.mark.parametrize("stem", CASES)

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512
+from conftest import (CONFIGS, EVOLVE_ONE_GENERATION, SCORE_ON_200, SMOKE, TRAIN_ON_512, made_up_baseline,
+                      made_up_candidate)
 from nas.baselines.cache import CACHE_ENV
 from nas.baseline_entries import ZooBaseline
 from nas.baselines import BASELINE_TYPES, matched_epochs
@@ -145,15 +146,14 @@ def test_the_zoo_config_is_the_default_search_plus_the_zoo():
 
 
 def test_generation_matches_per_device():
-    rows = [{"id": "1", "latency_ms": "1", "test_top1": "", "final_test_top1": "90"},
-            {"id": "2", "latency_ms": "2", "test_top1": "", "final_test_top1": "93"},
-            {"id": "3", "latency_ms": "3", "test_top1": "95", "final_test_top1": ""}]  # inherited only: not counted
-    base = [{"name": "z", "type": "zoo", "test_top1": "92", "latency_ms": "5", "A_ms": "5", "B_ms": "1.5"},
-            {"name": "s", "type": "subnet", "test_top1": "80", "latency_ms": "5", "A_ms": "5", "B_ms": "5"}]
-    latency = {"A": {"1": 1.0, "2": 2.0, "3": 0.1}, "B": {"1": 1.0, "2": 4.0}}
+    rows = [made_up_candidate(1, 1, final_test=90), made_up_candidate(2, 2, final_test=93),
+            made_up_candidate(3, 3, test=95)]  # inherited only: not counted
+    base = [made_up_baseline("z", 92, 5, "zoo", device_ms={"A": 5, "B": 1.5}),
+            made_up_baseline("s", 80, 5, "subnet", device_ms={"A": 5, "B": 5})]
+    latency = {"A": {1: 1.0, 2: 2.0, 3: 0.1}, "B": {1: 1.0, 2: 4.0}}
     a, b = generation_matches(rows, base, "top1", latency, ["A", "B"])
-    assert (a.device, a.fastest, a.fps_ratio, a.best, a.gain) == ("A", ("2", 93.0, 2.0), 2.5, ("2", 93.0, 2.0), 1.0)
-    assert (b.fastest, b.best, b.gain) == (("2", 93.0, 4.0), ("1", 90.0, 1.0), -2.0)  # slower there: no fps win
+    assert (a.device, a.fastest, a.fps_ratio, a.best, a.gain) == ("A", (2, 93.0, 2.0), 2.5, (2, 93.0, 2.0), 1.0)
+    assert (b.fastest, b.best, b.gain) == ((2, 93.0, 4.0), (1, 90.0, 1.0), -2.0)  # slower there: no fps win
 
 
 @pytest.fixture(scope="module")

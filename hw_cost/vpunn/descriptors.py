@@ -13,20 +13,14 @@ from enum import IntEnum
 import numpy as np
 from numba import njit
 
-from .enums import (ActivationFunction, DataType, ExecutionMode, ISIStrategy, Layout, Operation, Swizzling,
-                    VPUDevice, int_codes)
+from .enums import (DEV, ISI, LAYOUT, OP, SWZ, ActivationFunction, DataType, ExecutionMode, ISIStrategy, Layout,
+                    Operation, Swizzling, VPUDevice)
 from .errors import VpunnError
 from .sanitizer import as_matrix, in_place_output, int_field, weight_channels, weight_dtype, weightless
 from .workload import F
 
 __all__ = ["encode", "first_unencodable", "UnencodableWorkload", "DESCRIPTOR_SIZES", "IMPLEMENTED_INTERFACES"]
 
-_DTYPE = int_codes(DataType)
-_ISI_CODE = int_codes(ISIStrategy)
-_LAYOUT = int_codes(Layout)
-_OP = int_codes(Operation)
-_SWZ = int_codes(Swizzling)
-_DEV = int_codes(VPUDevice)
 
 DESCRIPTOR_SIZES = {10: 67, 11: 93, 4011: 93, 5114: 53}
 IMPLEMENTED_INTERFACES = tuple(DESCRIPTOR_SIZES)
@@ -253,16 +247,16 @@ def _encode_93(row, v4011, d, failed) -> bool:
     if not _tensor_block(d, 10, in_w, in_h, in_c, in_b, in_dtype, _T.dtype11, i(F.in_layout),
                          i(F.in_sparsity_enabled), failed):
         return False
-    is_elt, is_maxpool = op == _OP.ELTWISE, op == _OP.MAXPOOL
+    is_elt, is_maxpool = op == OP.ELTWISE, op == OP.MAXPOOL
     # weights [1, 1, aligned samples, C_out]; ELTWISE a permuted input copy; MAXPOOL none
     if is_elt:
         wdims = (in_h, in_c, in_w, in_b)
     elif is_maxpool:
         wdims = (0, 0, 0, 0)
     else:
-        wdims = (1, 1, weight_channels(row, _DEV.VPU_4_0 if v4011 else _DEV.VPU_2_7), i(F.out_c))
+        wdims = (1, 1, weight_channels(row, DEV.VPU_4_0 if v4011 else DEV.VPU_2_7), i(F.out_c))
     if not (_tensor_block(d, 26, wdims[0], wdims[1], wdims[2], wdims[3], in_dtype, _T.dtype11,
-                          _LAYOUT.INVALID if is_maxpool else i(F.in_layout), i(F.weight_sparsity_enabled), failed)
+                          LAYOUT.INVALID if is_maxpool else i(F.in_layout), i(F.weight_sparsity_enabled), failed)
             and _tensor_block(d, 42, i(F.out_w), i(F.out_h), i(F.out_c), i(F.out_b), i(F.out_dtype), _T.dtype11,
                               i(F.out_layout), 0, failed)):
         return False
@@ -272,22 +266,22 @@ def _encode_93(row, v4011, d, failed) -> bool:
     d[69], d[70] = _round_6dp(row[F.act_sparsity]), _round_6dp(row[F.weight_sparsity])
     swz_in0, swz_in1, swz_out = i(F.in_swizzling0), i(F.in_swizzling1), i(F.out_swizzling0)
     if v4011:  # decided on the sanitized operation
-        elt = san_op == _OP.ELTWISE
+        elt = san_op == OP.ELTWISE
         key0_in, key0_out = elt and swz_in0 == 0 and swz_in1 == 0, elt and swz_out == 0
     else:
         key0_in = key0_out = is_elt and swz_in0 == 0 and swz_in1 == 0 and swz_out == 0
-    key_in = _SWZ.KEY_0 if key0_in else _SWZ.KEY_5
+    key_in = SWZ.KEY_0 if key0_in else SWZ.KEY_5
     if not (_one_hot(d, 71, key_in, _T.swizzling, failed)
-            and _one_hot(d, 77, _SWZ.KEY_0 if is_maxpool else key_in, _T.swizzling, failed)
-            and _one_hot(d, 83, _SWZ.KEY_0 if key0_out else _SWZ.KEY_5, _T.swizzling, failed)):
+            and _one_hot(d, 77, SWZ.KEY_0 if is_maxpool else key_in, _T.swizzling, failed)
+            and _one_hot(d, 83, SWZ.KEY_0 if key0_out else SWZ.KEY_5, _T.swizzling, failed)):
         return False
     isi, owt = i(F.isi_strategy), i(F.output_write_tiles)
-    if isi == _ISI_CODE.SPLIT_OVER_H and (v4011 or i(F.k_h) == 1):
-        isi = _ISI_CODE.CLUSTERING
-    if isi == _ISI_CODE.CLUSTERING and owt > 1:
-        isi = _ISI_CODE.SPLIT_OVER_K
-    if not v4011 and isi == _ISI_CODE.SPLIT_OVER_K and is_elt:
-        isi, owt = _ISI_CODE.CLUSTERING, 1
+    if isi == ISI.SPLIT_OVER_H and (v4011 or i(F.k_h) == 1):
+        isi = ISI.CLUSTERING
+    if isi == ISI.CLUSTERING and owt > 1:
+        isi = ISI.SPLIT_OVER_K
+    if not v4011 and isi == ISI.SPLIT_OVER_K and is_elt:
+        isi, owt = ISI.CLUSTERING, 1
     d[89] = min(owt, 6 if v4011 else 2)
     return _one_hot(d, 90, isi, _T.isi11, failed)
 

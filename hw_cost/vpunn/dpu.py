@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from .descriptors import DESCRIPTOR_SIZES, UnencodableWorkload, encode, encode_rows, unencodable
-from .enums import Operation, VPUDevice, int_codes
+from .enums import DEV, OP
 from .errors import ERROR_INVALID_OUTPUT_RANGE, VpunnError, error_name
 from .reader import VpunnNetwork, read_vpunn
 from .sanitizer import CONTEXTS, as_matrix, bits, check_row, int_field, member, sanitize, sanitize_rows
@@ -25,8 +25,6 @@ from .workload import F, DPUWorkload, workloads_to_matrix
 
 __all__ = ["DpuModel", "LruCache", "UnencodableWorkload", "nn_cycles"]
 
-_OP = int_codes(Operation)
-_DEV = int_codes(VPUDevice)
 
 #: output interface versions of the DPU files, all cycle counts: 2 and 5 pass the NN value through, 4 scales
 #: DW_CONVOLUTION on VPU 4.0 and later (a 2.7-trained network adapted to 4.0, docs/vpunn.md §2.3)
@@ -91,7 +89,7 @@ def _dw_factor(query) -> np.float32:
     32 or 64 input channels (docs/vpunn.md §2.3)."""
     in_c = int_field(query, F.in_c)
     channel = 0 if in_c == 16 else (1 if in_c == 32 else (2 if in_c == 64 else -1))
-    if int_field(query, F.device) < _DEV.VPU_4_0 or int_field(query, F.operation) != _OP.DW_CONVOLUTION \
+    if int_field(query, F.device) < DEV.VPU_4_0 or int_field(query, F.operation) != OP.DW_CONVOLUTION \
             or channel < 0:
         return np.float32(1)
     kw, kh, sw, sh = int_field(query, F.k_w), int_field(query, F.k_h), int_field(query, F.s_w), \
@@ -221,7 +219,7 @@ def _query_kind(workload) -> int:
     steps 3-4)."""
     if int_field(workload, F.in_sparsity_enabled) != 0 and int_field(workload, F.weight_sparsity_enabled) != 0:
         return _DUAL_SPARSE
-    if member(int_field(workload, F.operation), (_OP.DW_CONVOLUTION, _OP.MAXPOOL, _OP.AVEPOOL)) \
+    if member(int_field(workload, F.operation), (OP.DW_CONVOLUTION, OP.MAXPOOL, OP.AVEPOOL)) \
             and int_field(workload, F.in_c) > 64:
         return _EXTRAPOLATED
     return _PLAIN

@@ -11,7 +11,8 @@ from .errors import VpunnError
 
 __all__ = ["int_codes", "VPUDevice", "Operation", "DataType", "Layout", "ExecutionMode", "ActivationFunction",
            "Swizzling",
-           "ISIStrategy", "VPUTilingStrategy", "DMADirection", "NumDMAEngine", "parse_enum", "DTYPE_BITS"]
+           "ISIStrategy", "VPUTilingStrategy", "DMADirection", "NumDMAEngine", "parse_enum", "DTYPE_BITS",
+           "DEV", "DTYPE", "ISI", "LAYOUT", "MODE", "OP", "SWZ", "TILING"]
 
 
 class VPUDevice(IntEnum):
@@ -136,6 +137,17 @@ def int_codes(enum_cls: type[IntEnum]) -> tuple:
     """The members as plain ints, in a named tuple (numpy looks up array hooks on an IntEnum's class at every
     operation; numba reads a global named tuple as constants)."""
     return namedtuple(f"{enum_cls.__name__}Codes", [m.name for m in enum_cls])(*map(int, enum_cls))
+
+
+#: the enums' members as plain ints (`int_codes`), for the modules that compute with them
+DEV = int_codes(VPUDevice)
+DTYPE = int_codes(DataType)
+ISI = int_codes(ISIStrategy)
+LAYOUT = int_codes(Layout)
+MODE = int_codes(ExecutionMode)
+OP = int_codes(Operation)
+SWZ = int_codes(Swizzling)
+TILING = int_codes(VPUTilingStrategy)
 
 
 def parse_enum(enum_cls: type[IntEnum], text, what: str = "", aliases: dict[str, str] | None = None) -> IntEnum:

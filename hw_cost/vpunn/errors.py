@@ -5,7 +5,7 @@ import numpy as np
 
 from ..cost_model import CostModelError
 
-__all__ = ["VpunnError", "ERROR_CODES", "ERROR_NAMES", "error_code", "error_name", "is_error",
+__all__ = ["VpunnError", "ERROR_CODES", "ERROR_NAMES", "error_name", "is_error",
            "ERROR_INPUT_TOO_BIG", "ERROR_INVALID_INPUT_CONFIGURATION", "ERROR_INVALID_INPUT_DEVICE",
            "ERROR_INVALID_INPUT_OPERATION", "ERROR_INVALID_OUTPUT_RANGE", "ERROR_TILE_OUTPUT",
            "ERROR_INVALID_LAYER_CONFIGURATION"]
@@ -51,9 +51,3 @@ def error_name(cycles: int) -> str:
         return ""
     return ERROR_NAMES.get(cycles, f"ERROR_{_UINT32_MAX - cycles}")
 
-
-def error_code(name: str) -> int:
-    try:
-        return ERROR_CODES[name]
-    except KeyError:
-        raise VpunnError(f"unknown VPUNN error name {name!r}; valid: {', '.join(ERROR_CODES)}") from None

@@ -23,14 +23,14 @@ from .errors import ERROR_TILE_OUTPUT, error_name, is_error
 from .sanitizer import check, dtype_bytes, layer_fixups, weights_bytes
 from .workload import F, DPUWorkload, workloads_to_matrix
 
-__all__ = ["LayerModel", "LayerRequest", "LayerResult", "TileResult", "dpu_layer", "STRATEGIES",
+__all__ = ["LayerModel", "LayerRequest", "LayerResult", "TileResult", "dpu_layer", "TILING_STRATEGIES",
            "tiling_strategies"]
 
 _T = VPUTilingStrategy
 _STRATEGIES_2X = (_T.NONE, _T.SOH_Overlapped, _T.SOK)
 #: per device, the strategies AUTO_MIN takes the minimum over, in the runtime's order (SOHW and SOHK are listed
 #: from 4.0 on but not implemented: they always end in ERROR_TILE_OUTPUT)
-STRATEGIES: dict[VPUDevice, tuple[VPUTilingStrategy, ...]] = {
+TILING_STRATEGIES: dict[VPUDevice, tuple[VPUTilingStrategy, ...]] = {
     VPUDevice.VPU_2_0: _STRATEGIES_2X, VPUDevice.VPU_2_7: _STRATEGIES_2X,
     VPUDevice.VPU_4_0: _STRATEGIES_2X + (_T.SOW, _T.SOHW, _T.SOHK, _T.SOHO_K_SWITCH),
     VPUDevice.NPU_5_0: _STRATEGIES_2X + (_T.SOW, _T.SOHW, _T.SOHK, _T.SOHO_K_SWITCH),
@@ -54,7 +54,7 @@ _FP16 = (DataType.FLOAT16, DataType.BFLOAT16)
 
 def tiling_strategies(device) -> tuple[VPUTilingStrategy, ...]:
     """The strategies `Layer(layer, nDPU, nTiles)` (AUTO_MIN) tries on a device."""
-    return STRATEGIES[device_config(device).device]
+    return TILING_STRATEGIES[device_config(device).device]
 
 
 def dpu_layer(device: VPUDevice, operation: Operation, in_whc: Sequence[int], out_whc: Sequence[int], *,

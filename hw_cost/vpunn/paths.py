@@ -52,7 +52,7 @@ def find_model_dir(model_dir=None) -> Path:
     path = default_model_dir()
     if path is None:
         raise VpunnError(f"no VPUNN model directory found: the shipped folder {SHIPPED_MODEL_DIR} is missing (a "
-                         f"broken installation?); pass --model-dir (model_dir=) or set {ENV_VAR} to a folder holding "
+                         f"broken installation?); give a model folder (`model_dir`) or set {ENV_VAR} to one holding "
                          f"the .vpunn files; {DOWNLOAD_HINT}")
     return path
 
@@ -65,8 +65,8 @@ def resolve_model_file(name, model_dir=None) -> Path:
     folder = find_model_dir(model_dir)
     candidate = folder / path.name
     if not candidate.is_file():
-        shipped = (f"; the shipped folder holds only {', '.join(sorted(set(MODEL_FILES.values())))}: pass "
-                   f"--model-dir (model_dir=) or set {ENV_VAR} to use other files"
+        shipped = (f"; the shipped folder holds only {', '.join(sorted(set(MODEL_FILES.values())))}: give "
+                   f"a model folder (`model_dir`) or set {ENV_VAR} to use other files"
                    if folder.resolve() == SHIPPED_MODEL_DIR else "")
         raise VpunnError(f"VPUNN model file {name} not found (neither as a path nor in {folder}){shipped}; "
                          f"{DOWNLOAD_HINT}")

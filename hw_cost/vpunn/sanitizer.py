@@ -19,8 +19,7 @@ import numpy as np
 from numba import njit
 
 from .devices import DEVICES
-from .enums import (DTYPE_BITS, DataType, ExecutionMode, ISIStrategy, Layout, Operation, VPUDevice, VPUTilingStrategy,
-                    int_codes)
+from .enums import DEV, DTYPE, DTYPE_BITS, ISI, LAYOUT, MODE, OP, TILING, DataType, Layout, VPUDevice
 from .errors import (ERROR_INPUT_TOO_BIG, ERROR_INVALID_INPUT_CONFIGURATION, ERROR_INVALID_INPUT_DEVICE,
                      ERROR_INVALID_INPUT_OPERATION, ERROR_INVALID_LAYER_CONFIGURATION, VpunnError)
 from .workload import F
@@ -28,13 +27,6 @@ from .workload import F
 __all__ = ["sanitize", "layer_fixups", "check", "broken_rules", "RULES", "cmx_required", "weights_bytes", "dtype_bytes",
            "PAGE", "CONTEXTS"]
 
-_DTYPE = int_codes(DataType)
-_ISI = int_codes(ISIStrategy)
-_LAYOUT = int_codes(Layout)
-_OP = int_codes(Operation)
-_DEV = int_codes(VPUDevice)
-_TILING = int_codes(VPUTilingStrategy)
-_MODE = int_codes(ExecutionMode)
 
 PAGE = 16 * 1024  # CMX page rounding of each tensor
 MAX_DIM = 8192
@@ -44,10 +36,10 @@ MAX_STRIDE = 8
 CONTEXTS = {"workload": 0, "tile": 1, "layer": 2}
 _WORKLOAD, _LAYER = CONTEXTS["workload"], CONTEXTS["layer"]
 
-_CONV, _DW, _ELT, _MAXPOOL, _AVEPOOL, _CM = (_OP.CONVOLUTION, _OP.DW_CONVOLUTION, _OP.ELTWISE,
-                                             _OP.MAXPOOL, _OP.AVEPOOL, _OP.CM_CONVOLUTION)
-_LNORM, _ELT_MUL = _OP.LAYER_NORM, _OP.ELTWISE_MUL
-_V20, _V27, _V40, _V50 = _DEV.VPU_2_0, _DEV.VPU_2_7, _DEV.VPU_4_0, _DEV.NPU_5_0
+_CONV, _DW, _ELT, _MAXPOOL, _AVEPOOL, _CM = (OP.CONVOLUTION, OP.DW_CONVOLUTION, OP.ELTWISE,
+                                             OP.MAXPOOL, OP.AVEPOOL, OP.CM_CONVOLUTION)
+_LNORM, _ELT_MUL = OP.LAYER_NORM, OP.ELTWISE_MUL
+_V20, _V27, _V40, _V50 = DEV.VPU_2_0, DEV.VPU_2_7, DEV.VPU_4_0, DEV.NPU_5_0
 _BITS = np.array(DTYPE_BITS, dtype=np.int64)
 
 
@@ -57,33 +49,33 @@ def _codes(*codes) -> np.ndarray:
 
 # same-size datatype restriction of the sanitizer
 _RESTRICT = np.arange(len(DataType))
-for _src, _dst in ((_DTYPE.INT8, _DTYPE.UINT8), (_DTYPE.BFLOAT16, _DTYPE.FLOAT16), (_DTYPE.INT4, _DTYPE.UINT4),
-                   (_DTYPE.BF8, _DTYPE.HF8), (_DTYPE.INT16, _DTYPE.UINT16), (_DTYPE.INT2, _DTYPE.UINT2),
-                   (_DTYPE.INT1, _DTYPE.UINT1)):
+for _src, _dst in ((DTYPE.INT8, DTYPE.UINT8), (DTYPE.BFLOAT16, DTYPE.FLOAT16), (DTYPE.INT4, DTYPE.UINT4),
+                   (DTYPE.BF8, DTYPE.HF8), (DTYPE.INT16, DTYPE.UINT16), (DTYPE.INT2, DTYPE.UINT2),
+                   (DTYPE.INT1, DTYPE.UINT1)):
     _RESTRICT[_src] = _dst
 # code sets as int64 arrays: numba cannot unify constant tuples of different lengths (`member(x, a if c else b)`)
-_VALID_DTYPES = _codes(_DTYPE.UINT8, _DTYPE.INT8, _DTYPE.FLOAT16, _DTYPE.BFLOAT16)
-_FP8 = _codes(_DTYPE.HF8, _DTYPE.BF8)
+_VALID_DTYPES = _codes(DTYPE.UINT8, DTYPE.INT8, DTYPE.FLOAT16, DTYPE.BFLOAT16)
+_FP8 = _codes(DTYPE.HF8, DTYPE.BF8)
 _VALID_DTYPES_50 = np.r_[_VALID_DTYPES, _FP8]
-_VALID_OUT_DTYPES_40 = np.r_[_VALID_DTYPES, _DTYPE.FLOAT32]
-_VALID_OUT_DTYPES_50 = np.r_[_VALID_OUT_DTYPES_40, _FP8, _DTYPE.INT32]
-_VALID_WT_DTYPES_40 = np.r_[_VALID_DTYPES, _DTYPE.INT4, _DTYPE.UINT4]
-_VALID_WT_DTYPES_50 = np.r_[_VALID_WT_DTYPES_40, _FP8, _DTYPE.INT2, _DTYPE.UINT2]
-_LAYOUTS_20 = _codes(_LAYOUT.ZMAJOR, _LAYOUT.CMAJOR)
-_PERMUTED_LAYOUTS = _codes(_LAYOUT.XYZ, _LAYOUT.XZY, _LAYOUT.YXZ, _LAYOUT.YZX, _LAYOUT.ZXY, _LAYOUT.ZYX)
+_VALID_OUT_DTYPES_40 = np.r_[_VALID_DTYPES, DTYPE.FLOAT32]
+_VALID_OUT_DTYPES_50 = np.r_[_VALID_OUT_DTYPES_40, _FP8, DTYPE.INT32]
+_VALID_WT_DTYPES_40 = np.r_[_VALID_DTYPES, DTYPE.INT4, DTYPE.UINT4]
+_VALID_WT_DTYPES_50 = np.r_[_VALID_WT_DTYPES_40, _FP8, DTYPE.INT2, DTYPE.UINT2]
+_LAYOUTS_20 = _codes(LAYOUT.ZMAJOR, LAYOUT.CMAJOR)
+_PERMUTED_LAYOUTS = _codes(LAYOUT.XYZ, LAYOUT.XZY, LAYOUT.YXZ, LAYOUT.YZX, LAYOUT.ZXY, LAYOUT.ZYX)
 _MODES_20 = _codes(*DEVICES[VPUDevice.VPU_2_0].execution_modes)
 _MODES_27 = _codes(*DEVICES[VPUDevice.VPU_2_7].execution_modes)
 #: which of (W, H, C) is the innermost dimension of each layout (the first letter; ZMAJOR = ZXY, CMAJOR = XYZ)
 _INNERMOST = np.full(len(Layout), 2, dtype=np.int64)
-for _lay in (_LAYOUT.CMAJOR, _LAYOUT.XYZ, _LAYOUT.XZY):
+for _lay in (LAYOUT.CMAJOR, LAYOUT.XYZ, LAYOUT.XZY):
     _INNERMOST[_lay] = 0
-_INNERMOST[[_LAYOUT.YXZ, _LAYOUT.YZX]] = 1
+_INNERMOST[[LAYOUT.YXZ, LAYOUT.YZX]] = 1
 _CMX_BY_DEVICE = np.array([DEVICES[d].cmx_bytes if d in DEVICES else 0 for d in VPUDevice], dtype=np.int64)
 # layer strategies that split the output channels / rows / columns over the tiles (the runtime's SOHW and SOHK
 # are validated like this but never split)
-_SPLIT_C = _codes(_TILING.SOK, _TILING.SOHK)
-_SPLIT_H = _codes(_TILING.SOH_Overlapped, _TILING.SOHO_K_SWITCH, _TILING.SOHW, _TILING.SOHK)
-_SPLIT_W = _codes(_TILING.SOW, _TILING.SOHW)
+_SPLIT_C = _codes(TILING.SOK, TILING.SOHK)
+_SPLIT_H = _codes(TILING.SOH_Overlapped, TILING.SOHO_K_SWITCH, TILING.SOHW, TILING.SOHK)
+_SPLIT_W = _codes(TILING.SOW, TILING.SOHW)
 
 
 def as_matrix(m) -> np.ndarray:
@@ -217,14 +209,14 @@ def sanitize_row(row, s) -> None:
             s[col] = _RESTRICT[code]
     for col in (F.in_layout, F.out_layout):
         lay = int_field(row, col)
-        if dev == _V20 and lay == _LAYOUT.ZXY:
-            s[col] = _LAYOUT.ZMAJOR
-        elif dev == _V20 and lay == _LAYOUT.XYZ:
-            s[col] = _LAYOUT.CMAJOR
-        elif dev >= _V27 and lay == _LAYOUT.ZMAJOR:
-            s[col] = _LAYOUT.ZXY
-        elif dev >= _V27 and lay == _LAYOUT.CMAJOR:
-            s[col] = _LAYOUT.XYZ
+        if dev == _V20 and lay == LAYOUT.ZXY:
+            s[col] = LAYOUT.ZMAJOR
+        elif dev == _V20 and lay == LAYOUT.XYZ:
+            s[col] = LAYOUT.CMAJOR
+        elif dev >= _V27 and lay == LAYOUT.ZMAJOR:
+            s[col] = LAYOUT.ZXY
+        elif dev >= _V27 and lay == LAYOUT.CMAJOR:
+            s[col] = LAYOUT.XYZ
 
 
 @njit(cache=True)
@@ -502,11 +494,11 @@ def _isi_ok(row, context) -> bool:
     dev, owt, isi = int_field(row, F.device), int_field(row, F.output_write_tiles), int_field(row, F.isi_strategy)
     v50 = dev == _V50
     if dev == _V20:
-        return isi == _ISI.CLUSTERING
+        return isi == ISI.CLUSTERING
     if context == _LAYER:
-        return _in_range(isi, 0, 2) and not (v50 and isi == _ISI.SPLIT_OVER_H)
-    return (isi == _ISI.CLUSTERING or (isi == _ISI.SPLIT_OVER_H and not v50)
-            or (isi == _ISI.SPLIT_OVER_K and owt > 1))  # SPLIT_OVER_H is gone on 5.0
+        return _in_range(isi, 0, 2) and not (v50 and isi == ISI.SPLIT_OVER_H)
+    return (isi == ISI.CLUSTERING or (isi == ISI.SPLIT_OVER_H and not v50)
+            or (isi == ISI.SPLIT_OVER_K and owt > 1))  # SPLIT_OVER_H is gone on 5.0
 
 
 @njit(cache=True)
@@ -563,7 +555,7 @@ def _output_height_ok(row, context, strategy) -> bool:
         _, split_h, split_w = _split_dims(context, strategy)
         return hout == h_formula and not (split_h and hout <= 1) and not (split_w and int_field(row, F.out_w) <= 1)
     h_hi = h_formula
-    if int_field(row, F.isi_strategy) == _ISI.SPLIT_OVER_H:
+    if int_field(row, F.isi_strategy) == ISI.SPLIT_OVER_H:
         h_hi = _out_size(hin + kh * (pt == 0) + kh * (pb == 0), pt, pb, kh, sh)
     return _in_range(hout, h_formula, h_hi)
 
@@ -581,7 +573,7 @@ def _output_channels_ok(row, context, strategy, n_tiles) -> bool:
     out_pad = int_field(row, F.device) == _V50 and int_field(row, F.output_autopad) == 1
     if not (_mult16(cout, MAX_DIM * (n_tiles if split_c else 1)) or (out_pad and _in_range(cout, 1, 15))):
         return False
-    return not (context == _LAYER and strategy == _TILING.SOK and cout < 32)
+    return not (context == _LAYER and strategy == TILING.SOK and cout < 32)
 
 
 @njit(cache=True)
@@ -643,8 +635,8 @@ def _execution_mode_ok(row, context) -> bool:
     if dev != _V50:
         return True
     if member(op, (_DW, _MAXPOOL, _AVEPOOL)):
-        return mode == _MODE.CUBOID_16x16
-    return mode == _MODE.CUBOID_8x16 if op == _ELT or op == _ELT_MUL else True
+        return mode == MODE.CUBOID_16x16
+    return mode == MODE.CUBOID_8x16 if op == _ELT or op == _ELT_MUL else True
 
 
 @njit(cache=True)

@@ -85,7 +85,7 @@ def _rows_of(device: str | None, rows: list[dict], in_csv) -> list[dict]:
     """The rows of one device (all rows when `device` is None)."""
     if device is None:
         return rows
-    keep = parse_enum(VPUDevice, device, "--device").name
+    keep = parse_enum(VPUDevice, device, "`device`").name
     rows = [r for r in rows if r.get("device", "").strip() == keep]
     if not rows:
         raise VpunnError(f"{in_csv}: no rows for device {keep}")
@@ -108,7 +108,7 @@ def dpu_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | None
     except UnencodableWorkload as exc:
         r = rows[exc.index]
         raise VpunnError(f"{Path(in_csv).name} id={r['id']} ({r['device']}): {exc.reason}; the model file "
-                         f"{Path(model_file).name} cannot cost it (select one device with --device)") from None
+                         f"{Path(model_file).name} cannot cost it (select the rows of one device: `device`)") from None
     rules = broken_rules(sanitize(matrix))
     write_table(out_csv, ("id", "cycles", "error", "rule"),
                 ((r["id"], int(c), error_name(c), rule) for r, c, rule in zip(rows, cycles, rules)))
@@ -183,8 +183,8 @@ def layer_table(model_file, in_csv, out_csv, *, model_dir=None, device: str | No
         if bad is not None:
             row = next(r for r, req in zip(rows, requests) if req.layer.device == dev)
             raise VpunnError(f"{Path(in_csv).name} layer_id={row['layer_id']} ({dev.name}): {bad[1]}; the model file "
-                             f"{Path(model_file).name} cannot cost {dev.name} layers (select one device with "
-                             "--device)")
+                             f"{Path(model_file).name} cannot cost {dev.name} layers (select the rows "
+                             "of one device: `device`)")
     results = LayerModel(dpu, dma).cost(requests)
     header = ("layer_id", "strategy", "cycles", "error") + (_DETAIL_COLUMNS if details else ())
     write_table(out_csv, header, ([r["layer_id"], r["strategy"].strip(), res.cycles, res.error]

@@ -9,19 +9,16 @@ import numpy as np
 from numba import njit
 
 from .devices import DEVICES
-from .enums import DataType, ExecutionMode, Operation, VPUDevice, int_codes
+from .enums import DTYPE, MODE, OP, ExecutionMode, VPUDevice
 from .sanitizer import as_matrix, dtype_bytes, int_field, member
 from .workload import F
 
 __all__ = ["theoretical_cycles"]
 
-_DTYPE = int_codes(DataType)
-_MODE = int_codes(ExecutionMode)
-_OP = int_codes(Operation)
 
 # CMX read grid (x, y, z) per execution mode; a non-cuboid mode reads with a 1x1x1 grid
 _CMX_GRID = np.ones((len(ExecutionMode), 3), dtype=np.int64)
-_CMX_GRID[[_MODE.CUBOID_4x16, _MODE.CUBOID_8x16, _MODE.CUBOID_16x16]] = [(8, 8, 256), (16, 8, 128), (16, 16, 64)]
+_CMX_GRID[[MODE.CUBOID_4x16, MODE.CUBOID_8x16, MODE.CUBOID_16x16]] = [(8, 8, 256), (16, 8, 128), (16, 16, 64)]
 # device constants indexed by device code; a device without constants gets VPU 2.0's
 _CONFIGS = [DEVICES.get(d, DEVICES[VPUDevice.VPU_2_0]) for d in VPUDevice]
 _PPE, _MACS, _ICPM, _FP_RATIO, _PORT_BYTES = (
@@ -31,7 +28,7 @@ _PPE, _MACS, _ICPM, _FP_RATIO, _PORT_BYTES = (
 _CMX_RATIO = np.array([c.cmx_mhz / c.dpu_mhz for c in _CONFIGS])
 #: devices whose theoretical cycles are bounded by the CMX reads
 _CMX_BOUND = tuple(int(d) for d in DEVICES if d != VPUDevice.VPU_2_0)
-_FLOAT_INPUTS = (_DTYPE.FLOAT16, _DTYPE.BFLOAT16, _DTYPE.FLOAT32)
+_FLOAT_INPUTS = (DTYPE.FLOAT16, DTYPE.BFLOAT16, DTYPE.FLOAT32)
 
 
 def theoretical_cycles(m: np.ndarray, wrap: bool = True) -> np.ndarray:
@@ -95,10 +92,10 @@ def theoretical_row(row, wrap) -> int:
     kk = int_field(row, F.k_w) * int_field(row, F.k_h)
     in_c, out_c = int_field(row, F.in_c), int_field(row, F.out_c)
     base = kk * int_field(row, F.out_w) * int_field(row, F.out_h) * out_c * int_field(row, F.out_b)
-    if op == _OP.ELTWISE:
+    if op == OP.ELTWISE:
         lanes = _PPE[dev] // (2 if int_field(row, F.output_write_tiles) > 1 else 1)
         base = -(-(int_field(row, F.in_w) * int_field(row, F.in_h) * in_c * int_field(row, F.in_b)) // lanes)
-    conv = op == _OP.CONVOLUTION or op == _OP.CM_CONVOLUTION
+    conv = op == OP.CONVOLUTION or op == OP.CM_CONVOLUTION
     macs = _MACS[dev] // (1 if conv else _ICPM[dev])
     if conv:
         skipped = _padding_taps(row) * in_c * out_c

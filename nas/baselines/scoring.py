@@ -44,13 +44,14 @@ generation (`<device>_ms`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
 import torch.nn as nn
 
 from hw_cost import Block, CostModelError
-from search_spaces import ArchError, arch_key
+from search_spaces import ArchError
 from tasks import Task
 from tasks.super_resolution import BicubicUpsampler
 
@@ -58,9 +59,10 @@ from ..baseline_entries import (BASELINE_ENTRIES, BaselineEntry, BicubicBaseline
                                 StandaloneBaseline, SubnetBaseline, TrainedBaseline, ZooBaseline)
 from ..config import NPU_GENERATIONS, ConfigError
 from ..context import npu_generation_model
-from ..rundir import write_csv
-from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, test_scores
-from .cached import cache_entry, reference_parts, train_cached_network, zoo_parts
+from ..records import BaselineResult, write_baseline_results
+from ..search_context import SearchContext
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, scores_on_test
+from .cached_networks import cache_entry, reference_parts, train_cached_network, zoo_parts
 from .trainer import baseline_recipe, train_from_scratch
 
 __all__ = ["evaluate_baselines", "check_baselines", "resolve_arch", "BASELINE_TYPES", "TRAINED_TYPES"]
@@ -76,21 +78,21 @@ def resolve_arch(space, arch, where: str) -> dict:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _check_subnet(ctx, baseline: SubnetBaseline) -> None:
+def _check_subnet(ctx: SearchContext, baseline: SubnetBaseline) -> None:
     resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
 
 
-def _subnet(ctx, evaluator: ArchEvaluator, baseline: SubnetBaseline) -> dict:
+def _subnet(ctx: SearchContext, evaluator: ArchEvaluator,
+            baseline: SubnetBaseline) -> tuple[BaselineResult, list[Block]]:
     arch = resolve_arch(ctx.space, baseline.arch, f"{baseline.where}.arch")
     subnet = evaluator.subnet(arch)
-    record = evaluator.evaluate(arch, subnet)
-    record.update(test_scores(ctx.task, subnet))
-    record["note"] = "subnet with inherited weights"
-    record["blocks"] = ctx.space.blocks(arch)
-    return record
+    c = evaluator.evaluate(arch, subnet)
+    return BaselineResult(baseline.name, baseline.type, c.arch, c.metric, c.score, scores_on_test(ctx.task, subnet),
+                          c.latency_ms, c.cost_model, c.params, c.macs, "subnet with inherited weights"), \
+        ctx.space.blocks(arch)
 
 
-def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:
+def _standalone_network(ctx: SearchContext, baseline: StandaloneBaseline) -> tuple[dict, nn.Module, list, str]:
     """(arch, freshly initialised network, cost blocks, note) of a standalone baseline."""
     where = f"{baseline.where}.arch"
     torch.manual_seed(ctx.config.seed)
@@ -110,22 +112,24 @@ def _standalone_network(ctx, baseline: StandaloneBaseline) -> tuple[dict, nn.Mod
     return arch, ctx.space.fresh_network(arch), ctx.space.blocks(arch), "arch of the space"
 
 
-def _check_standalone(ctx, baseline: StandaloneBaseline) -> None:
+def _check_standalone(ctx: SearchContext, baseline: StandaloneBaseline) -> None:
     _standalone_network(ctx, baseline)
 
 
-def _standalone(ctx, evaluator: ArchEvaluator, baseline: StandaloneBaseline) -> dict:
+def _standalone(ctx: SearchContext, evaluator: ArchEvaluator,
+                baseline: StandaloneBaseline) -> tuple[BaselineResult, list[Block]]:
     arch, net, blocks, origin = _standalone_network(ctx, baseline)
     recipe, budget = baseline_recipe(ctx, baseline)
     model, steps = train_from_scratch(ctx, baseline.name, net, recipe)
     params, macs = complexity(blocks)
-    return {"arch": arch, ctx.task.metric: round(float(ctx.task.evaluate(fed_from_cpu(model), "val")), 4),
-            **test_scores(ctx.task, model), "latency_ms": round(ctx.cost_model.latency_ms(blocks), 6),
-            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(recipe.epochs, 3),
-            "note": f"{origin}, trained from scratch ({steps} steps, {budget})", "blocks": blocks}
+    task = ctx.task
+    return BaselineResult(baseline.name, baseline.type, arch, task.metric,
+                          round(float(task.evaluate(fed_from_cpu(model), "val")), 4), scores_on_test(task, model),
+                          round(ctx.cost_model.latency_ms(blocks), 6), ctx.cost_model.name, params, macs,
+                          f"{origin}, trained from scratch ({steps} steps, {budget})", round(recipe.epochs, 3)), blocks
 
 
-def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
+def _check_covered(ctx: SearchContext, baseline: BaselineEntry, block, what: str) -> None:
     try:
         ctx.cost_model.check_covers([block])
     except CostModelError:
@@ -134,25 +138,29 @@ def _check_covered(ctx, baseline: BaselineEntry, block, what: str) -> None:
                           "cost.measure_missing: true to measure it here") from None
 
 
-def _check_reference(ctx, baseline: ReferenceBaseline) -> None:
+def _check_reference(ctx: SearchContext, baseline: ReferenceBaseline) -> None:
     _check_covered(ctx, baseline, reference_parts(ctx, baseline).block, baseline.network)
 
 
-def _check_zoo(ctx, baseline: ZooBaseline) -> None:
+def _check_zoo(ctx: SearchContext, baseline: ZooBaseline) -> None:
     _check_covered(ctx, baseline, zoo_parts(ctx, baseline).block, baseline.model)
 
 
-def _cached(ctx, evaluator: ArchEvaluator, baseline: ReferenceBaseline | ZooBaseline) -> dict:
+def _cached(ctx: SearchContext, evaluator: ArchEvaluator,
+            baseline: ReferenceBaseline | ZooBaseline) -> tuple[BaselineResult, list[Block]]:
     entry = cache_entry(ctx, baseline)
-    scores, steps = train_cached_network(ctx, baseline.name, entry)
+    scores, steps = train_cached_network(ctx, baseline.name, entry)  # the cache's: metric and test_<name>
     block = entry.parts.block
     params, macs = complexity([block])
-    return {"arch": entry.parts.identity, **scores, "latency_ms": round(ctx.cost_model.latency_ms([block]), 6),
-            "cost_model": ctx.cost_model.name, "params": params, "macs": macs, "epochs": round(entry.recipe.epochs, 3),
-            "note": f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})", "blocks": [block]}
+    metric = ctx.task.metric
+    test = {k.removeprefix("test_"): v for k, v in scores.items() if k.startswith("test_")}
+    return BaselineResult(baseline.name, baseline.type, entry.parts.identity, metric, scores[metric], test,
+                          round(ctx.cost_model.latency_ms([block]), 6), ctx.cost_model.name, params, macs,
+                          f"{entry.parts.note}, trained from scratch ({steps} steps, {entry.budget})",
+                          round(entry.recipe.epochs, 3)), [block]
 
 
-def _zoo(ctx, evaluator: ArchEvaluator, baseline: ZooBaseline) -> dict:
+def _zoo(ctx: SearchContext, evaluator: ArchEvaluator, baseline: ZooBaseline) -> tuple[BaselineResult, list[Block]]:
     """A zoo network trained for the run (or from the cache), or with the figures its entry says were measured
     elsewhere at the run's recipe (`measured`): then it is only built and costed, and `scores_from` says where the
     figures come from."""
@@ -160,34 +168,35 @@ def _zoo(ctx, evaluator: ArchEvaluator, baseline: ZooBaseline) -> dict:
         return _cached(ctx, evaluator, baseline)
     parts, metric = zoo_parts(ctx, baseline), ctx.task.metric
     params, macs = complexity([parts.block])
-    val = {metric: baseline.measured["val"]} if "val" in baseline.measured else {}
-    return {"arch": parts.identity, **val, f"test_{metric}": baseline.measured["test"],
-            "latency_ms": round(ctx.cost_model.latency_ms([parts.block]), 6), "cost_model": ctx.cost_model.name,
-            "params": params, "macs": macs, "epochs": round(float(baseline.measured["recipe"]["epochs"]), 3),
-            "note": f"{parts.note}, figures measured elsewhere (not trained in this run)",
-            "scores_from": baseline.provenance, "blocks": [parts.block]}
+    return BaselineResult(baseline.name, baseline.type, parts.identity, metric, baseline.measured.get("val"),
+                          {metric: baseline.measured["test"]}, round(ctx.cost_model.latency_ms([parts.block]), 6),
+                          ctx.cost_model.name, params, macs,
+                          f"{parts.note}, figures measured elsewhere (not trained in this run)",
+                          round(float(baseline.measured["recipe"]["epochs"]), 3),
+                          scores_from=baseline.provenance), [parts.block]
 
 
-def _check_bicubic(ctx, baseline: BicubicBaseline) -> None:
+def _check_bicubic(ctx: SearchContext, baseline: BicubicBaseline) -> None:
     if ctx.task.scale is None:
         raise ConfigError(f"{baseline.where}: type bicubic needs a super-resolution task")
 
 
-def _bicubic(ctx, evaluator: ArchEvaluator, baseline: BicubicBaseline) -> dict:
+def _bicubic(ctx: SearchContext, evaluator: ArchEvaluator,
+             baseline: BicubicBaseline) -> tuple[BaselineResult, list[Block]]:
     task: Task = ctx.task
     # on the device bicubic upscaling is one interpolation layer (the cost model's rule for 'upsample')
     latency = ctx.cost_model.model_latency_ms(nn.Upsample(scale_factor=task.scale, mode="bicubic"),
                                               (1, *task.input_shape))
     model = BicubicUpsampler(task.scale)
-    return {"arch": {}, task.metric: round(float(task.evaluate(model, "val")), 4), **test_scores(task, model),
-            "latency_ms": round(latency, 6), "cost_model": ctx.cost_model.name, "params": 0, "macs": 0,
-            "note": f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)",
-            "blocks": [Block("bicubic|x{task.scale}|in" + "x".join(map(str, task.input_shape)), (1, *task.input_shape),
-                             lambda: nn.Upsample(scale_factor=task.scale, mode="bicubic"))]}
+    return BaselineResult(baseline.name, baseline.type, {}, task.metric, round(float(task.evaluate(model, "val")), 4),
+                          scores_on_test(task, model), round(latency, 6), ctx.cost_model.name, 0, 0,
+                          f"bicubic upscaling x{task.scale} (MATLAB imresize kernel)"), \
+        [Block("bicubic|x{task.scale}|in" + "x".join(map(str, task.input_shape)), (1, *task.input_shape),
+               lambda: nn.Upsample(scale_factor=task.scale, mode="bicubic"))]
 
 
 #: type (`nas.baseline_entries.BASELINE_ENTRIES`) -> (check of an entry against the run, made before any work;
-#: scoring)
+#: scoring: the result and the cost blocks of the network)
 BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_check_subnet, _subnet),
                                                         StandaloneBaseline.type: (_check_standalone, _standalone),
                                                         BicubicBaseline.type: (_check_bicubic, _bicubic),
@@ -197,30 +206,30 @@ BASELINE_TYPES: dict[str, tuple[Callable, Callable]] = {SubnetBaseline.type: (_c
 TRAINED_TYPES = tuple(kind for kind, cls in BASELINE_ENTRIES.items() if issubclass(cls, TrainedBaseline))
 
 
-def check_baselines(ctx) -> None:
+def check_baselines(ctx: SearchContext) -> None:
     """Every baseline valid for the run's task, space and cost model (an arch of the space, a network the task
     trains and the cost model costs): a mistake fails before any training, not after the search. What an entry
-    says on its own is checked when the config loads (`nas.baseline_entries.read_baselines`)."""
+    says on its own is checked when the config loads (`nas.baseline_entries.read_baseline_results`)."""
     for baseline in ctx.config.baselines:
         BASELINE_TYPES[baseline.type][0](ctx, baseline)
 
 
-def _latency_per_generation(ctx) -> Callable[[list[Block]], dict]:
-    """blocks -> {"<device>_ms": VPUNN latency} for every `NPU_GENERATIONS` device, at the run's precision."""
+def _latency_per_generation(ctx: SearchContext) -> Callable[[list[Block]], dict[str, float]]:
+    """blocks -> {device: VPUNN latency} for every `NPU_GENERATIONS` device, at the run's precision."""
     models = {}
 
-    def latencies(blocks: list[Block]) -> dict:
+    def latencies(blocks: list[Block]) -> dict[str, float]:
         out = {}
         for device in NPU_GENERATIONS:
             if device not in models:
                 models[device] = npu_generation_model(ctx.config.cost, device)
-            out[f"{device}_ms"] = round(float(models[device].latency_ms(blocks)), 6)
+            out[device] = round(float(models[device].latency_ms(blocks)), 6)
         return out
 
     return latencies
 
 
-def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict]:
+def evaluate_baselines(ctx: SearchContext, evaluator: ArchEvaluator, workers=None) -> list[BaselineResult]:
     """Score every configured baseline (journaled, so a resumed run does not repeat them); write baselines.csv.
     `workers` (`nas.baselines.workers.BaselineWorkers`), when the run started some, are waited for first: what
     they trained is in the cache then."""
@@ -231,18 +240,13 @@ def evaluate_baselines(ctx, evaluator: ArchEvaluator, workers=None) -> list[dict
     baselines = {baseline.name: baseline for baseline in ctx.config.baselines}
     per_generation = _latency_per_generation(ctx)
 
-    def score(baseline: BaselineEntry) -> dict:
-        row = BASELINE_TYPES[baseline.type][1](ctx, evaluator, baseline)
-        return dict(row, **per_generation(row.pop("blocks")), key=baseline.name, name=baseline.name,
-                    type=baseline.type)
+    def score(baseline: BaselineEntry) -> BaselineResult:
+        result, blocks = BASELINE_TYPES[baseline.type][1](ctx, evaluator, baseline)
+        return replace(result, device_ms=per_generation(blocks))
 
     journal = CachedEvaluator(lambda name: score(baselines[name]), ctx.run_dir.baseline_journal,
-                              key=lambda name: name)
-    rows = [journal(name) for name in baselines]
-    extra = sorted({k for r in rows for k in r if k.startswith("test_") and k != f"test_{metric}"})
-    measured = ["scores_from"] if any(r.get("scores_from") for r in rows) else []  # figures measured elsewhere
-    columns = ["name", "type", metric, f"test_{metric}", *extra, "latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS),
-               "cost_model", "params", "macs", "epochs", "note", *measured, "arch"]
-    write_csv(ctx.run_dir.baselines, [{c: r.get(c, "") for c in columns} | {"arch": arch_key(r["arch"])} for r in rows],
-              columns)
-    return rows
+                              key=lambda name: name, encode=BaselineResult.journal_entry,
+                              decode=lambda entry: BaselineResult.from_journal(entry, metric))
+    results = [journal(name) for name in baselines]
+    write_baseline_results(ctx.run_dir.baselines, results, metric, NPU_GENERATIONS)
+    return results

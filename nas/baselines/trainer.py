@@ -15,6 +15,7 @@ from tasks.data import to_device
 
 from ..baseline_entries import TrainedBaseline, matched_epochs
 from ..runtime import check_finite
+from ..search_context import SearchContext
 from ..training.captured_step import CapturedTrainStep, capture_refusal
 from ..training.supernet_training import SupernetTrainer, TrainConfig
 
@@ -68,7 +69,7 @@ class StandaloneTrainer(SupernetTrainer):
         return loss
 
 
-def baseline_recipe(ctx, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:
+def baseline_recipe(ctx: SearchContext, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:
     """The run's recipe for `matched_epochs`, or for the entry's own `epochs` / `train_steps`; with its budget in
     words."""
     if baseline.train_steps is not None:
@@ -82,7 +83,7 @@ def baseline_recipe(ctx, baseline: TrainedBaseline) -> tuple[TrainConfig, str]:
     return dataclasses.replace(ctx.config.train, epochs=epochs), f"the run's recipe for {epochs:g} epochs, {words}"
 
 
-def train_from_scratch(ctx, name: str, net: nn.Module, recipe: TrainConfig,
+def train_from_scratch(ctx: SearchContext, name: str, net: nn.Module, recipe: TrainConfig,
                         label: str | None = None) -> tuple[nn.Module, int]:
     """`net` trained with `recipe` on the run's batches, checkpointed under checkpoint/ as `name` (an interrupted
     run resumes it); returns the weights to evaluate (the EMA when the recipe keeps one) and the steps trained.

@@ -27,7 +27,8 @@ from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import load_config
 from ..context import build_context
 from ..rundir import RunDir
-from .cached import CACHED_TYPES, cached_baseline_path, train_cached_baseline
+from ..search_context import SearchContext
+from .cached_networks import CACHED_TYPES, cached_baseline_path, train_cached_baseline
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class BaselineWorkers:
     """The worker processes of a run, started at construction (none where they do not apply); `wait` at the
     baselines stage, `stop` when the run ends otherwise."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx: SearchContext):
         self.ctx = ctx
         self.processes: list[tuple[multiprocessing.Process, list[str]]] = []
         wanted = ctx.config.baseline_workers

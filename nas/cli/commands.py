@@ -33,18 +33,19 @@ def _search(args: argparse.Namespace) -> int:
 
     with as_flags(resume="--resume", out="--out"):
         config, run_dir, device = prepare_run(args.config, args.overrides, args.out, args.resume)
-    rows = run_search(config, run_dir, device, progress=not args.no_progress)
-    metric = next(m for m in ("top1", "psnr") if m in rows[0])
-    front = sorted((r for r in rows if r["is_pareto"]), key=lambda r: r["latency_ms"])
-    final = sorted((r for r in rows if r[f"final_{metric}"] != ""), key=lambda r: r["latency_ms"])
-    print(f"{len(rows)} architectures evaluated, {len(front)} on the Pareto front, {len(final)} finalised; "
+    candidates = run_search(config, run_dir, device, progress=not args.no_progress)
+    metric = candidates[0].metric
+    front = sorted((c for c in candidates if c.is_pareto), key=lambda c: c.latency_ms)
+    final = sorted((c for c in candidates if c.final is not None), key=lambda c: c.latency_ms)
+    print(f"{len(candidates)} architectures evaluated, {len(front)} on the Pareto front, {len(final)} finalised; "
           f"results in {run_dir.path}/")
     if final:
         print(f"finalised (val / test {metric} after training; inherited val in brackets):")
-    for r in final or front:
-        scores = (f"{metric} {r[f'final_{metric}']:7.3f}  test {r[f'final_test_{metric}']:7.3f}  ({r[metric]:7.3f})"
-                  if final else f"{metric} {r[metric]:7.3f}  test {r[f'test_{metric}']!s:>7}")
-        print(f"  id {r['id']:>4}  {scores}  latency {r['latency_ms']:.4f} ms  MACs {r['macs'] / 1e6:.2f}M")
+    for c in final or front:
+        test = "" if c.test_score is None else c.test_score
+        scores = (f"{metric} {c.final.val:7.3f}  test {c.test_figure:7.3f}  ({c.score:7.3f})"
+                  if final else f"{metric} {c.score:7.3f}  test {test!s:>7}")
+        print(f"  id {c.id:>4}  {scores}  latency {c.latency_ms:.4f} ms  MACs {c.macs / 1e6:.2f}M")
     _repeat_warnings(run_dir)
     return 0
 
@@ -249,7 +250,7 @@ def _lut_validate(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.source)
         spec = config.cost.spec
-        if spec.kind != "lut":
+        if not spec.is_table:
             raise ConfigError(f"{args.source}: cost.model is {spec}, not a latency table (lut:)")
         table_path = spec.argument
         table = LatencyTable.load(table_path)

@@ -63,7 +63,7 @@ def _run_arch(run_dir: str, arch_id: str):
 
     run = RunDir(run_dir)
     with as_flags(arch_id="--arch"):
-        arch = run_arch(run, arch_id)["arch"]
+        arch = run_arch(run, arch_id).arch
     config = load_config(run.config)
     task, space = build_task_and_space(config)
     return space.build_supernet().extract(arch).eval(), (1, *task.input_shape), space.blocks(arch), config
@@ -117,7 +117,7 @@ def _cost(args) -> int:
                       run_cost_model(config, RunDir(args.model)))
     else:
         spec = CostModelSpec.parse(args.cost or "vpunn:VPU_2_7")
-        if spec.kind == "lut":
+        if spec.is_table:
             raise CostModelError(f"--cost {spec}: a latency table holds the blocks of a search space, so it costs "
                                  "the archs of a run (vpunas cost RUN_DIR --arch ID), not a named model; use "
                                  "--cost vpunn:... for MODEL")
@@ -156,35 +156,28 @@ def add_cost_parser(sub) -> None:
     p.set_defaults(handler=_cost)
 
 
-def _vpunn_dpu(args) -> int:
-    from hw_cost.vpunn.tables import dpu_table
+def _vpunn(args) -> int:
+    """`vpunas vpunn dpu|layer|dma`: a table costed by `hw_cost.vpunn.tables`, VPUNN's errors under the flags."""
+    from hw_cost import CostModelError
+    from hw_cost.vpunn.tables import dma_table, dpu_table, layer_table
+    from nas.cli.flags import as_flags
 
-    n = dpu_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
-    log.info("costed %d DPU workloads -> %s", n, args.output)
-    return 0
-
-
-def _vpunn_layer(args) -> int:
-    from hw_cost.vpunn.tables import layer_table
-
-    n = layer_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device,
-                    dma_model=args.dma_model, prefetching=not args.no_prefetch, input_in_ddr=args.input_in_ddr,
-                    output_in_ddr=args.output_in_ddr, details=args.details)
-    log.info("costed %d layers -> %s", n, args.output)
-    return 0
-
-
-def _vpunn_dma(args) -> int:
-    from hw_cost.vpunn.tables import dma_table
-
-    n = dma_table(args.model_file, args.input_csv, args.output, model_dir=args.model_dir, device=args.device)
-    log.info("costed %d DMA transfers -> %s", n, args.output)
+    table, what = {"dpu": (dpu_table, "DPU workloads"), "layer": (layer_table, "layers"),
+                   "dma": (dma_table, "DMA transfers")}[args.vpunn_kind]
+    options = dict(model_dir=args.model_dir, device=args.device)
+    if args.vpunn_kind == "layer":
+        options.update(dma_model=args.dma_model, prefetching=not args.no_prefetch, input_in_ddr=args.input_in_ddr,
+                       output_in_ddr=args.output_in_ddr, details=args.details)
+    with as_flags(also=(CostModelError,), device="--device", model_dir="--model-dir"):
+        n = table(args.model_file, args.input_csv, args.output, **options)
+    log.info("costed %d %s -> %s", n, what, args.output)
     return 0
 
 
 def add_vpunn_parser(sub) -> None:
     p = sub.add_parser("vpunn", help="raw VPUNN queries in bulk (dpu | layer | dma)",
                        description="Cost a CSV of DPU workloads, layers or DMA transfers with a .vpunn model file.")
+    p.set_defaults(handler=_vpunn)
     kinds = p.add_subparsers(dest="vpunn_kind", required=True, metavar="KIND")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("model_file", metavar="MODEL_FILE", help="a .vpunn file, or its name in the model folder")
@@ -195,9 +188,8 @@ def add_vpunn_parser(sub) -> None:
     by_device.add_argument("--device", help="cost only the rows of this device (VPU_2_0, VPU_2_7, VPU_4_0 or "
                                             "NPU_5_0)")
 
-    dpu = kinds.add_parser("dpu", parents=[common, by_device],
-                           help="DPU workloads -> id,cycles,error,rule (the validity rule an invalid one breaks)")
-    dpu.set_defaults(handler=_vpunn_dpu)
+    kinds.add_parser("dpu", parents=[common, by_device],
+                     help="DPU workloads -> id,cycles,error,rule (the validity rule an invalid one breaks)")
 
     layer = kinds.add_parser("layer", parents=[common, by_device], help="layers -> layer_id,strategy,cycles,error")
     layer.add_argument("--no-prefetch", action="store_true", help="add each layer's weights DMA")
@@ -205,7 +197,5 @@ def add_vpunn_parser(sub) -> None:
     layer.add_argument("--output-in-ddr", action="store_true", help="add the CMX->DDR transfer of the output")
     layer.add_argument("--dma-model", metavar="FILE", help="DMA NN for those transfers (default: theoretical DMA)")
     layer.add_argument("--details", action="store_true", help="add the per-tile detail columns")
-    layer.set_defaults(handler=_vpunn_layer)
 
-    dma = kinds.add_parser("dma", parents=[common, by_device], help="DMA transfers -> id,cycles,error")
-    dma.set_defaults(handler=_vpunn_dma)
+    kinds.add_parser("dma", parents=[common, by_device], help="DMA transfers -> id,cycles,error")

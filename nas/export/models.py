@@ -17,7 +17,9 @@ from hw_cost.openvino_runtime import openvino
 from ..config import load_config
 from ..context import build_context
 from ..errors import ParameterError, QuantizationError
-from ..rundir import RunDir, atomic_write_text, read_csv
+from ..records import Candidate, read_candidates
+from ..rundir import RunDir, atomic_write_text
+from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator
 from ..training.finalize import load_final_weights
 from ..training.supernet_training import load_trained_supernet
@@ -31,13 +33,13 @@ FORMATS = {"torch": ".pt", "onnx": ".onnx", "openvino": ".xml"}
 PRECISIONS = ("fp32", "int8")
 
 
-def run_arch(run_dir: RunDir, arch_id: str) -> dict:
-    """The candidates.csv row of `arch_id` (an integer id), with its arch decoded."""
+def run_arch(run_dir: RunDir, arch_id: str) -> Candidate:
+    """The candidate of the run with id `arch_id` (an integer id)."""
     if not run_dir.candidates.exists():
         raise FileNotFoundError(f"{run_dir.candidates} not found: is {run_dir.path} a vpunas run?")
-    for row in read_csv(run_dir.candidates):
-        if row["id"] == str(arch_id):
-            return dict(row, arch=json.loads(row["arch"]))
+    for candidate in read_candidates(run_dir.candidates):
+        if str(candidate.id) == str(arch_id):
+            return candidate
     raise ParameterError(f"`arch_id` {arch_id}: no such id in {run_dir.candidates}")
 
 
@@ -64,12 +66,12 @@ def _run_exported(fmt: str, path: Path, x: torch.Tensor) -> np.ndarray:
     return compiled([x.numpy()])[compiled.output(0)]
 
 
-def deployable_model(ctx, row: dict, supernet) -> tuple[nn.Module, bool]:
-    """(the model of a run's candidates.csv `row` in eval mode, whether its weights are finalised): finalised
-    weights when the arch was finalised, else inherited ones from `supernet` (the run's trained supernet,
+def deployable_model(ctx: SearchContext, candidate: Candidate, supernet) -> tuple[nn.Module, bool]:
+    """(the model of a run's `candidate` in eval mode, whether its weights are finalised): finalised weights when
+    the arch was finalised, else inherited ones from `supernet` (the run's trained supernet,
     `load_trained_supernet`) with batch norm recalibrated."""
-    model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(row["arch"])
-    finalised = load_final_weights(ctx.run_dir, int(row["id"]), model)
+    model = ArchEvaluator(ctx.space, supernet, ctx.task, ctx.cost_model, channels_last=False).subnet(candidate.arch)
+    finalised = load_final_weights(ctx.run_dir, candidate.id, model)
     return model.to(memory_format=torch.contiguous_format).eval(), finalised
 
 
@@ -108,10 +110,10 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
         raise ParameterError(f"`precision` int8 needs `fmt` openvino (NNCF quantizes OpenVINO models), not {fmt}")
     if max_drop is not None and max_drop < 0:
         raise ParameterError(f"`max_drop` {max_drop:g}: must be >= 0")
-    row = run_arch(run_dir, arch_id)
+    candidate = run_arch(run_dir, arch_id)
     ctx = build_context(load_config(run_dir.config), run_dir, torch.device("cpu"), progress=False)  # trains nothing
     supernet = load_trained_supernet(ctx.space, run_dir.supernet_checkpoint, ctx.config.train)
-    model, finalised = deployable_model(ctx, row, supernet)
+    model, finalised = deployable_model(ctx, candidate, supernet)
     suffix = "_int8" if precision == "int8" else ""
     path = Path(out) if out else run_dir.models_dir / f"arch{arch_id}{suffix}{FORMATS[fmt]}"
     if path.suffix != FORMATS[fmt]:
@@ -134,11 +136,11 @@ def export_arch(run_dir: RunDir, arch_id: str, fmt: str, out: str | Path | None 
         for produced in Path(tmp).iterdir():
             shutil.move(str(produced), path.parent / produced.name)
     metric = ctx.task.metric
-    scores = ({metric: float(row[f"final_{metric}"]), f"test_{metric}": float(row[f"final_test_{metric}"]),
-               "weights": "finalised"} if finalised else
-              {metric: float(row[metric]), "weights": "inherited from the supernet, batch norm recalibrated"})
-    info = {"arch": row["arch"], "id": int(arch_id), **scores, "latency_ms": float(row["latency_ms"]),
-            "cost_model": row["cost_model"], "input_shape": [1, *ctx.task.input_shape], "format": fmt,
+    final = candidate.final
+    scores = ({metric: final.val, f"test_{metric}": candidate.test_figure, "weights": "finalised"} if finalised else
+              {metric: candidate.score, "weights": "inherited from the supernet, batch norm recalibrated"})
+    info = {"arch": candidate.arch, "id": candidate.id, **scores, "latency_ms": candidate.latency_ms,
+            "cost_model": candidate.cost_model, "input_shape": [1, *ctx.task.input_shape], "format": fmt,
             "precision": precision, **int8, "max_abs_diff_vs_pytorch": error,
             "preprocessing": ctx.task.preprocessing()}
     atomic_write_text(path.with_suffix(".json"), json.dumps(info, indent=1) + "\n")

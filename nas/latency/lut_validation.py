@@ -20,7 +20,9 @@ from search_spaces import SearchSpace, arch_key
 
 from ..errors import RunDirError
 from ..randomness import RunRandom
+from ..records import Candidate
 from ..rundir import EvaluationJournal, atomic_write_text
+from ..search_context import SearchContext
 
 logger = logging.getLogger(__name__)
 
@@ -132,17 +134,17 @@ def correct_for_this_machine(space: SearchSpace, model: CostModel, mode: str, n_
     atomic_write_text(Path(run_dir.path) / CORRECTION_FILE, json.dumps(record, indent=1) + "\n")
 
 
-def measured_beside_predicted(ctx, records: list[dict]) -> dict[str, float]:
-    """Arch key -> end-to-end latency (ms) of each of `records` measured on this machine, for a run whose cost
-    model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl (read
-    by the report; `measured_latencies`), so a resumed run measures nothing twice."""
+def measured_beside_predicted(ctx: SearchContext, records: list[Candidate]) -> dict[str, float]:
+    """Arch key -> end-to-end latency (ms) of each of the candidates `records` measured on this machine, for a run
+    whose cost model is a table of a device this machine has ({} otherwise). Journaled in checkpoint/measured.jsonl
+    (read by the report; `measured_latencies`), so a resumed run measures nothing twice."""
     model = ctx.cost_model
-    if not records or model.table is None or not _device_here(model.table.settings().device):
+    if not records or not model.is_measured or not _device_here(model.table.settings().device):
         return {}
     journal = EvaluationJournal(measured_journal(ctx.run_dir))
     done = measured_latencies(ctx.run_dir)
-    keys = [arch_key(r["arch"]) for r in records]
-    todo = {key: r["arch"] for key, r in zip(keys, records) if key not in done}
+    keys = [arch_key(c.arch) for c in records]
+    todo = {key: c.arch for key, c in zip(keys, records) if key not in done}
     if todo:
         measured = measure_here(ctx.space, model.table, list(todo.values()))
         for key, ms in zip(todo, measured):

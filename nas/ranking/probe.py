@@ -31,10 +31,11 @@ import numpy as np
 from search_spaces import arch_key
 
 from ..baselines.cache import BaselineCache, cache_key
-from ..baselines.cached import CachedNetwork, CacheEntry, train_cached_network
+from ..baselines.cached_networks import CachedNetwork, CacheEntry, train_cached_network
 from ..baselines.trainer import matched_epochs
 from ..randomness import RunRandom
 from ..rundir import read_csv, write_csv
+from ..search_context import SearchContext
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
 from .accuracy_predictor import arch_features, held_out_predictions
@@ -58,7 +59,7 @@ def probe_archs(space, latency_ms, count: int, seed: int, limit_ms: float | None
     return sorted(archs[:count], key=latency_ms)
 
 
-def _recipe(ctx):
+def _recipe(ctx: SearchContext):
     """The run's training recipe for the probe's epochs (default: the finalisation's configured epochs; without
     finalisation, the supernet's)."""
     config, final = ctx.config, ctx.config.search.finalize
@@ -66,7 +67,7 @@ def _recipe(ctx):
     return dataclasses.replace(config.train, epochs=float(epochs))
 
 
-def probe_entries(ctx) -> list[tuple[dict, CacheEntry]]:
+def probe_entries(ctx: SearchContext) -> list[tuple[dict, CacheEntry]]:
     """The run's probe archs with their cache entries (network, recipe, key)."""
     space, config = ctx.space, ctx.config
     recipe = _recipe(ctx)
@@ -124,7 +125,7 @@ def ranking_stats(ranking: Sequence[float], truth: Sequence[float], resamples: i
     return out
 
 
-def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
+def _standalone_scores(ctx: SearchContext, train: bool) -> list[tuple[dict, dict]] | None:
     """(arch, standalone scores) of every probe arch: cached, or (with `train`) trained now and cached; None when
     the cache lacks one and `train` is off."""
     cache = BaselineCache()
@@ -139,7 +140,7 @@ def _standalone_scores(ctx, train: bool) -> list[tuple[dict, dict]] | None:
             for i, (arch, entry) in enumerate(entries)]
 
 
-def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
+def score_probe(ctx: SearchContext, evaluator: ArchEvaluator, train: bool) -> dict | None:
     """The run's probe set scored on its supernet (`evaluator`, inherited weights) beside the standalone scores and
     the accuracy predictor's held-out predictions: RUN_DIR/probe.csv written (by the main process), the figures
     (`probe_figures`) logged and returned. None without a probe set or, without `train`, when the cache lacks a
@@ -151,10 +152,10 @@ def score_probe(ctx, evaluator: ArchEvaluator, train: bool) -> dict | None:
     limit, _ = ctx.config.search.finalize_scope()
     rows, features = [], []
     for arch, scores in standalone:
-        record = evaluator.evaluate(arch)
-        features.append(arch_features(space, arch, record[metric]))
-        rows.append({"latency_ms": record["latency_ms"], "within_limit": limit is None or record["latency_ms"] <= limit,
-                     "params": record["params"], "macs": record["macs"], f"inherited_{metric}": record[metric],
+        candidate = evaluator.evaluate(arch)
+        features.append(arch_features(space, arch, candidate.score))
+        rows.append({"latency_ms": candidate.latency_ms, "within_limit": limit is None or candidate.latency_ms <= limit,
+                     "params": candidate.params, "macs": candidate.macs, f"inherited_{metric}": candidate.score,
                      f"standalone_{metric}": scores[metric], f"standalone_test_{metric}": scores.get(f"test_{metric}", ""),
                      "epochs": _recipe(ctx).epochs, "arch": arch_key(arch)})
     if len(rows) >= MIN_PREDICTOR_ARCHS:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import io
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 from ..config import NPU_GENERATIONS
 from ..errors import RunDirError
-from ..rundir import RunDir, atomic_write_bytes, atomic_write_text, read_csv
-from .report import generation_lines, generation_matches, metric_of
+from ..records import BaselineResult, Candidate, read_candidates
+from ..rundir import RunDir, atomic_write_bytes, atomic_write_text
+from .report import generation_lines, generation_matches
 from .report_page import PALETTE, common_source, compare_page, load_run, run_page, source_label
 
 logger = logging.getLogger(__name__)
@@ -21,29 +23,28 @@ __all__ = ["build_report", "build_comparison"]
 _RUN_COLOURS = ("#b0b0b0", "#1f6fb4", "#e07b00")  # evaluated, front, finalised: pareto.png's
 
 
-def _draw_run(ax, rows: list[dict], baselines: list[dict], metric: str, label: str = "",
+def _draw_run(ax, candidates: list[Candidate], baselines: list[BaselineResult], metric: str, label: str = "",
               colours: Sequence[str] = _RUN_COLOURS, final_line: str = "-", baseline_colour: str | None = None):
     """One run on a matplotlib axis: its evaluated archs, inherited front, finalised archs and front, baselines;
     `label` prefixes the legend entries (a comparison of runs)."""
     prefix = f"{label}: " if label else ""
     grey, blue, orange = colours
-    ax.scatter([float(r["latency_ms"]) for r in rows], [float(r[metric]) for r in rows], s=12, c=grey,
+    ax.scatter([c.latency_ms for c in candidates], [c.score for c in candidates], s=12, c=grey,
                label=f"{prefix}evaluated archs", zorder=1)
-    front = sorted((float(r["latency_ms"]), float(r[metric])) for r in rows if r["is_pareto"] in (True, "True"))
+    front = sorted((c.latency_ms, c.score) for c in candidates if c.is_pareto)
     if front:
         ax.plot(*zip(*front), "-o", c=blue, ms=5, lw=1.5, label=f"{prefix}front, inherited weights ({len(front)})",
                 zorder=2)
-    final = [r for r in rows if r.get(f"final_{metric}", "") != ""]
+    final = [c for c in candidates if c.final is not None]
     if final:
-        ax.scatter([float(r["latency_ms"]) for r in final], [float(r[f"final_{metric}"]) for r in final], s=22,
+        ax.scatter([c.latency_ms for c in final], [c.final.val for c in final], s=22,
                    c=orange, zorder=3, label=f"{prefix}finalised archs ({len(final)})")
-        final_front = sorted((float(r["latency_ms"]), float(r[f"final_{metric}"])) for r in final
-                             if r["is_final_pareto"] in (True, "True"))
+        final_front = sorted((c.latency_ms, c.final.val) for c in final if c.is_final_pareto)
         ax.plot(*zip(*final_front), final_line, c=orange, lw=1.5, label=f"{prefix}finalised front", zorder=3)
     markers = "s^Dv*Ph"
-    for i, b in enumerate(b for b in baselines if b.get(metric, "") != ""):  # measured elsewhere: maybe no val
-        ax.scatter([float(b["latency_ms"])], [float(b[metric])], marker=markers[i % len(markers)], s=70,
-                   edgecolors="black", zorder=4, label=f"{prefix}{b['name']}",
+    for i, b in enumerate(b for b in baselines if b.score is not None):  # measured elsewhere: maybe no val
+        ax.scatter([b.latency_ms], [b.score], marker=markers[i % len(markers)], s=70,
+                   edgecolors="black", zorder=4, label=f"{prefix}{b.name}",
                    **({"c": baseline_colour} if baseline_colour else {}))
 
 
@@ -67,18 +68,15 @@ def _figure(draw, metric: str, x_label: str) -> bytes:
     return buf.getvalue()
 
 
-def _plot(rows: list[dict], baselines: list[dict], metric: str, cost_model: str) -> bytes:
-    return _figure(lambda ax: _draw_run(ax, rows, baselines, metric), metric, f"latency (ms, {cost_model})")
+def _plot(candidates: list[Candidate], baselines: list[BaselineResult], metric: str, cost_model: str) -> bytes:
+    return _figure(lambda ax: _draw_run(ax, candidates, baselines, metric), metric, f"latency (ms, {cost_model})")
 
 
 def _check_run(run_dir: RunDir) -> str:
     """The metric of a run with evaluated archs; FileNotFoundError / RunDirError otherwise."""
     if not run_dir.candidates.exists():
         raise FileNotFoundError(f"{run_dir.candidates} does not exist: the search has not evaluated anything yet")
-    rows = read_csv(run_dir.candidates)
-    if not rows:
-        raise RunDirError(f"{run_dir.candidates} has no rows")
-    return metric_of(rows)
+    return read_candidates(run_dir.candidates)[0].metric
 
 
 def build_report(run_dir: RunDir, space=None) -> None:
@@ -86,13 +84,13 @@ def build_report(run_dir: RunDir, space=None) -> None:
     (the run's search space, when the caller has it) spares rebuilding it with its task's data."""
     _check_run(run_dir)
     view = load_run(run_dir, space=space)
-    table = generation_lines(generation_matches(view.rows, view.baselines, view.metric, view.latency,
+    table = generation_lines(generation_matches(view.candidates, view.baselines, view.metric, view.latency,
                                                   NPU_GENERATIONS),
                              view.metric)
     if len(table) > 2:
         logger.info("finalised archs against the trained baselines, per NPU generation (test split):\n%s",
                     "\n".join(table))
-    png = _plot(view.rows, view.baselines, view.metric, view.cost_model)
+    png = _plot(view.candidates, view.baselines, view.metric, view.cost_model)
     atomic_write_bytes(run_dir.pareto_png, png)
     atomic_write_text(run_dir.report_html, run_page(run_dir, view, png))
     logger.info("report written: %s", run_dir.report_html)
@@ -113,11 +111,11 @@ def build_comparison(run_dirs: Sequence[RunDir], out: Path) -> tuple[Path, Path]
         spread = []
         for i, view in enumerate(views):
             latency = view.latency[source]
-            rows = [dict(r, latency_ms=latency[r["id"]]) for r in view.rows if r["id"] in latency]
+            shown = [replace(c, latency_ms=latency[c.id]) for c in view.candidates if c.id in latency]
             colour = PALETTE[i % len(PALETTE)]
-            _draw_run(ax, rows, view.baselines if source == "cost" else [], view.metric, view.name,
+            _draw_run(ax, shown, view.baselines if source == "cost" else [], view.metric, view.name,
                       (colour + "40", colour, colour), "--", colour)
-            spread += [float(r["latency_ms"]) for r in rows]
+            spread += [c.latency_ms for c in shown]
         if min(spread) > 0 and max(spread) / min(spread) > 20:
             ax.set_xscale("log")
 

@@ -12,7 +12,6 @@ for each (`cost.model=vpunn:DEVICE`).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Sequence
@@ -21,8 +20,8 @@ import numpy as np
 
 from ..config import RunConfig, load_config
 from ..context import build_task_and_space, npu_generation_model
-from ..rundir import RunDir, read_csv
-from .report import metric_of, test_figure
+from ..records import Candidate, read_candidates
+from ..rundir import RunDir
 
 __all__ = ["DeviceTable", "cost_front_on_devices"]
 
@@ -32,7 +31,7 @@ class DeviceTable:
 
     metric: str
     devices: list[str]
-    ids: list[str]
+    ids: list[int]
     quality: list[float]
     latency_ms: dict[str, np.ndarray]
 
@@ -43,12 +42,12 @@ class DeviceTable:
         value = kendalltau(self.latency_ms[a], self.latency_ms[b]).statistic
         return None if np.isnan(value) else float(value)
 
-    def fastest_reaching(self, level: float) -> dict[str, str]:
+    def fastest_reaching(self, level: float) -> dict[str, int]:
         """Per device, the id of the fastest arch whose test figure is at least `level`."""
         ok = np.array(self.quality) >= level
         return {d: self.ids[int(np.flatnonzero(ok)[np.argmin(self.latency_ms[d][ok])])] for d in self.devices}
 
-    def levels(self) -> list[tuple[float, dict[str, str]]]:
+    def levels(self) -> list[tuple[float, dict[str, int]]]:
         """(level, fastest arch per device) for each distinct test figure of the front, best first."""
         return [(level, self.fastest_reaching(level)) for level in sorted(set(self.quality), reverse=True)]
 
@@ -78,25 +77,24 @@ class DeviceTable:
 
 
 def cost_front_on_devices(run_dir: RunDir, devices: Sequence[str], *, dtype: str | None = None,
-                          model_dir: str | None = None, rows: Sequence[dict] | None = None,
+                          model_dir: str | None = None, candidates: Sequence[Candidate] | None = None,
                           config: RunConfig | None = None, space=None) -> DeviceTable:
     """Cost the archs of a run that have a test figure on each device's VPUNN model (`vpunn:DEVICE`), with the
     run's precision and model folder unless `dtype` / `model_dir` are given.
 
-    `rows` (the run's candidates.csv), `config` (its config) and `space` (its search space) spare reading and
-    rebuilding them when the caller has them; rebuilding the space loads the task's data."""
-    rows = read_csv(run_dir.candidates) if rows is None else rows
-    metric = metric_of(rows)
-    front = [r for r in rows if test_figure(r, metric) is not None]
+    `candidates` (the run's), `config` (its config) and `space` (its search space) spare reading and rebuilding
+    them when the caller has them; rebuilding the space loads the task's data."""
+    candidates = read_candidates(run_dir.candidates) if candidates is None else candidates
+    front = [c for c in candidates if c.test_figure is not None]
     config = load_config(run_dir.config) if config is None else config
     if space is None:
         _, space = build_task_and_space(config)
-    blocks = [space.blocks(json.loads(r["arch"])) for r in front]
+    blocks = [space.blocks(c.arch) for c in front]
     latency = {}
     for device in devices:
         model = npu_generation_model(config.cost, device, dtype=dtype, model_dir=model_dir)
         flat = model.block_latencies_ms([b for arch in blocks for b in arch])
         bounds = np.cumsum([0] + [len(arch) for arch in blocks])
         latency[device] = np.array([flat[a:b].sum() for a, b in zip(bounds[:-1], bounds[1:])])
-    return DeviceTable(metric, list(devices), [r["id"] for r in front],
-                           [test_figure(r, metric) for r in front], latency)
+    return DeviceTable(candidates[0].metric, list(devices), [c.id for c in front], [c.test_figure for c in front],
+                       latency)

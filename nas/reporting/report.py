@@ -1,4 +1,4 @@
-"""A run's results as tables and sentences: candidates.csv rows, headlines against the baselines, the same per NPU
+"""A run's results as sentences and tables: headlines against the baselines, the same per NPU
 generation, the paper's comparison (`build.py` draws and writes the pages from them)."""
 from __future__ import annotations
 
@@ -7,132 +7,50 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
-from search_spaces import arch_key
-
-from ..errors import RunDirError
-from ..pareto import pareto_mask
+from ..records import BaselineResult, Candidate
 from ..rundir import RunDir
 from ..training.finalize import ranking_fidelity
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["candidate_rows", "candidate_columns", "CANDIDATE_COLUMNS", "metric_of", "test_figure", "headline", "baseline_matches", "BaselineMatch",
-           "fidelity_of", "read_stage_times", "reference_label", "paper_sentence", "baseline_type", "LIKE_WITH_LIKE",
+__all__ = ["headline", "baseline_matches", "BaselineMatch", "fidelity_of", "read_stage_times", "reference_label",
+           "paper_sentence", "LIKE_WITH_LIKE",
            "GenerationMatch", "generation_matches", "generation_lines"]
 
 #: baseline types a headline compares finalised archs with: networks trained from scratch as long as they were
 #: (`nas.baselines.matched_epochs`), and bicubic upscaling, which trains nothing; not subnets on inherited weights
 LIKE_WITH_LIKE = ("standalone", "reference", "zoo", "bicubic")
 
-CANDIDATE_COLUMNS = ("id", "generation", "arch", "{metric}", "test_{metric}", "latency_ms", "cost_model", "params",
-                     "macs", "is_pareto", "final_{metric}", "final_test_{metric}", "final_int8_test_{metric}",
-                     "final_epochs", "is_final_pareto")
+
+def fidelity_of(candidates: Sequence[Candidate]) -> float | None:
+    """The supernet's ranking fidelity over a run's finalised candidates (see
+    `nas.training.finalize.ranking_fidelity`)."""
+    final = [c for c in candidates if c.final is not None]
+    return ranking_fidelity([c.score for c in final], [c.final.val for c in final])
 
 
-def candidate_rows(records: Sequence[dict], metric: str, test_metrics: dict[str, float],
-                   finals: dict[str, dict] | None = None) -> list[dict]:
-    """One row per evaluated arch, in id order, with `is_pareto` over (metric, latency).
-
-    `finals` (arch key -> scores of `nas.training.finalize`) fills `final_<metric>`, `final_test_<metric>`,
-    `final_int8_test_<metric>` (when INT8 was scored) and the task's other final test scores of the finalised
-    archs; `is_final_pareto` marks the front of the finalised archs over (final metric, latency). Fields a
-    strategy adds to its records beyond the standard ones (e.g. `expected_latency_ms`) are kept, as extra columns
-    after the standard ones (see `candidate_columns`).
-    """
-    finals = finals or {}
-    records = sorted(records, key=lambda r: r["id"])
-    mask = pareto_mask([r[metric] for r in records], [r["latency_ms"] for r in records])
-    final_of = [finals.get(arch_key(r["arch"])) for r in records]
-    finalised = [i for i, f in enumerate(final_of) if f is not None]
-    final_mask = pareto_mask([final_of[i][f"final_{metric}"] for i in finalised],
-                             [records[i]["latency_ms"] for i in finalised]) if finalised else []
-    on_final_front = {i for i, on in zip(finalised, final_mask) if on}
-    final_fields = [c.format(metric=metric) for c in CANDIDATE_COLUMNS if c.startswith("final_")]
-    rows = []
-    for i, (record, on_front) in enumerate(zip(records, mask)):
-        test = test_metrics.get(record["key"])
-        final = final_of[i] or {}
-        rows.append({"id": record["id"], "generation": record.get("generation", ""),
-                     "arch": json.dumps(record["arch"], sort_keys=True, separators=(",", ":")),
-                     metric: record[metric], f"test_{metric}": "" if test is None else test,
-                     "latency_ms": record["latency_ms"], "cost_model": record["cost_model"],
-                     "params": record["params"], "macs": record["macs"], "is_pareto": bool(on_front),
-                     **{k: final.get(k, "") for k in final_fields}, "is_final_pareto": i in on_final_front,
-                     **{k: v for k, v in final.items() if k not in final_fields},
-                     **{k: v for k, v in record.items() if k not in _RECORD_FIELDS and k != metric}})
-    return rows
-
-
-_RECORD_FIELDS = {"key", "id", "generation", "arch", "latency_ms", "cost_model", "params", "macs"}
-
-
-def candidate_columns(rows: Sequence[dict], metric: str) -> list[str]:
-    """The standard columns, then any extra fields of the rows in first-seen order."""
-    columns = [c.format(metric=metric) for c in CANDIDATE_COLUMNS]
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    return columns
-
-
-def metric_of(rows: Sequence[dict]) -> str:
-    """The quality column of a run's candidates.csv: top1 (classification) or psnr (super-resolution)."""
-    for name in ("top1", "psnr"):
-        if rows and name in rows[0]:
-            return name
-    raise RunDirError("candidates.csv has neither a top1 nor a psnr column: not a vpunas run, or damaged")
-
-
-def fidelity_of(rows: Sequence[dict], metric: str) -> float | None:
-    """The supernet's ranking fidelity over a run's finalised rows (see `nas.training.finalize.ranking_fidelity`)."""
-    final = [r for r in rows if r.get(f"final_{metric}", "") != ""]
-    return ranking_fidelity([float(r[metric]) for r in final], [float(r[f"final_{metric}"]) for r in final])
-
-
-def test_figure(row: dict, metric: str) -> float | None:
-    """A candidates.csv (or baselines.csv) row's test figure: finalised if it has one, else inherited; None if
-    the row was not scored on the test split."""
-    value = row.get(f"final_test_{metric}", "") or row.get(f"test_{metric}", "")
-    return None if value == "" else float(value)
-
-
-def reference_label(row: dict) -> str | None:
-    """The papers' name of a reference baseline (a baselines.csv row whose arch names a torchvision network,
+def reference_label(baseline: BaselineResult) -> str | None:
+    """The papers' name of a reference baseline (one whose arch names a torchvision network,
     `nas.baselines.reference_networks`): MobileNetV2-1.4, ResNet50-style; None for any other baseline."""
-    try:
-        arch = json.loads(row.get("arch") or "null")
-    except ValueError:
+    if baseline.type != "reference":
         return None
-    if not isinstance(arch, dict) or not isinstance(arch.get("network"), str) or row.get("type", "reference") != \
-            "reference" or arch["network"].startswith("zoo-"):
-        return None
-    if arch["network"] == "mobilenet_v2":
-        width = f"{float(arch.get('width', 1.0)):g}"
+    network = baseline.arch["network"]
+    if network == "mobilenet_v2":
+        width = f"{float(baseline.arch['width']):g}"
         return f"MobileNetV2-{width}{'' if '.' in width else '.0'}"
-    return f"ResNet{arch['network'].removeprefix('resnet')}-style"
-
-
-def baseline_type(row: dict) -> str:
-    """A baselines.csv row's type; for runs from before the `type` column, told from its note and arch."""
-    if row.get("type"):
-        return row["type"]
-    note = row.get("note", "")
-    if reference_label(row):
-        return "reference"
-    if note.startswith("bicubic"):
-        return "bicubic"
-    return "standalone" if "trained from scratch" in note else "subnet"
+    return f"ResNet{network.removeprefix('resnet')}-style"
 
 
 @dataclass
 class BaselineMatch:
     """A baseline (`figure` on the test split at `latency_ms`) and the fastest searched arch at least as good
     (`arch_id` None when none is). `label` is the papers' name of a reference baseline (`reference_label`), else
-    empty; `kind` its type (`baseline_type`)."""
+    empty; `kind` its type."""
 
     name: str
     figure: float
     latency_ms: float
-    arch_id: str | None = None
+    arch_id: int | None = None
     arch_figure: float = float("nan")
     arch_latency_ms: float = float("nan")
     label: str = ""
@@ -148,23 +66,23 @@ class BaselineMatch:
         return f"{self.name} ({self.label})" if self.label and self.label != self.name else self.name
 
 
-def _searched(rows: Sequence[dict], metric: str) -> list[dict]:
+def _searched(candidates: Sequence[Candidate]) -> list[Candidate]:
     """The archs a run hands over: its finalised archs when it finalised any, else those with a test figure
     (the front, on inherited weights)."""
-    final = [r for r in rows if r.get(f"final_test_{metric}", "") != ""]
-    return final or [r for r in rows if test_figure(r, metric) is not None]
+    final = [c for c in candidates if c.final is not None]
+    return final or [c for c in candidates if c.test_figure is not None]
 
 
-def baseline_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[BaselineMatch]:
+def baseline_matches(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult],
+                     metric: str) -> list[BaselineMatch]:
     """The papers' comparison, per baseline with a test figure: the fastest searched arch at least as good on the
     test split (`_searched`: the finalised archs, with their finalised test metric, when the run has any)."""
-    searched = [(test_figure(r, metric), float(r["latency_ms"]), r["id"]) for r in _searched(rows, metric)]
+    searched = [(c.test_figure, c.latency_ms, c.id) for c in _searched(candidates)]
     matches = []
     for b in baselines:
-        if test_figure(b, metric) is None:
+        if b.test_figure is None:
             continue
-        match = BaselineMatch(b["name"], test_figure(b, metric), float(b["latency_ms"]), label=reference_label(b) or "",
-                              kind=baseline_type(b))
+        match = BaselineMatch(b.name, b.test_figure, b.latency_ms, label=reference_label(b) or "", kind=b.type)
         good = [s for s in searched if s[0] >= match.figure]
         if good:
             match.arch_figure, match.arch_latency_ms, match.arch_id = min(good, key=lambda s: (s[1], -s[0]))
@@ -172,10 +90,10 @@ def baseline_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: st
     return matches
 
 
-def headline(rows: Sequence[dict], baselines: Sequence[dict], metric: str) -> list[str]:
+def headline(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult], metric: str) -> list[str]:
     """`baseline_matches` in words, one line per baseline."""
     lines = []
-    for m in baseline_matches(rows, baselines, metric):
+    for m in baseline_matches(candidates, baselines, metric):
         given = f"{m.title} ({m.figure:.2f} test {metric} at {m.latency_ms:.4g} ms)"
         lines.append(f"{given}: no searched arch reaches it" if m.arch_id is None else
                      f"{given}: arch {m.arch_id} has {m.arch_figure:.2f} at {m.arch_latency_ms:.4g} ms, "
@@ -217,8 +135,8 @@ class GenerationMatch:
     device: str
     figure: float
     latency_ms: float
-    fastest: tuple[str, float, float] | None
-    best: tuple[str, float, float] | None
+    fastest: tuple[int, float, float] | None
+    best: tuple[int, float, float] | None
 
     @property
     def fps_ratio(self) -> float:
@@ -229,26 +147,25 @@ class GenerationMatch:
         return self.best[1] - self.figure
 
 
-def generation_matches(rows: Sequence[dict], baselines: Sequence[dict], metric: str,
-                       latency: dict[str, dict[str, float]], devices: Sequence[str]) -> list[GenerationMatch]:
+def generation_matches(candidates: Sequence[Candidate], baselines: Sequence[BaselineResult], metric: str,
+                       latency: dict[str, dict[int, float]], devices: Sequence[str]) -> list[GenerationMatch]:
     """The papers' table per NPU generation: for each trained baseline (`nas.baselines.TRAINED_TYPES`) with a
-    test figure and a latency on the device (baselines.csv's `<device>_ms`), and each device of `devices` on
+    test figure and a latency on the device (`BaselineResult.device_ms`), and each device of `devices` on
     which the run's archs were costed (`latency[device][arch id]`, e.g. `report_page.RunView.latency`)."""
-    searched = _searched(rows, metric)
+    searched = _searched(candidates)
     out = []
     for b in baselines:
-        figure = test_figure(b, metric)
-        if figure is None or baseline_type(b) not in ("standalone", "reference", "zoo"):
+        figure = b.test_figure
+        if figure is None or b.type not in ("standalone", "reference", "zoo"):
             continue
         for device in devices:
-            if b.get(f"{device}_ms", "") == "" or device not in latency:
+            if device not in b.device_ms or device not in latency:
                 continue
-            ms = float(b[f"{device}_ms"])
-            archs = [(r["id"], test_figure(r, metric), latency[device][r["id"]]) for r in searched
-                     if r["id"] in latency[device]]
+            ms = b.device_ms[device]
+            archs = [(c.id, c.test_figure, latency[device][c.id]) for c in searched if c.id in latency[device]]
             good = [a for a in archs if a[1] >= figure]
             fast = [a for a in archs if a[2] <= ms]
-            out.append(GenerationMatch(b["name"], device, figure, ms,
+            out.append(GenerationMatch(b.name, device, figure, ms,
                                        min(good, key=lambda a: (a[2], -a[1])) if good else None,
                                        max(fast, key=lambda a: (a[1], -a[2])) if fast else None))
     return out

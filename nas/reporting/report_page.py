@@ -18,17 +18,19 @@ from typing import Sequence
 
 from hw_cost.lut import LatencyTable
 from hw_cost.vpunn.paths import MODEL_FILES
-from search_spaces import arch_key
+from search_spaces import SpaceConfig
 
+from ..baseline_entries import BASELINE_ENTRIES
 from ..config import NPU_GENERATIONS, RunConfig, load_config
 from ..latency.lut_validation import measured_latencies, read_correction_record
 from ..pareto import pareto_mask
 from ..ranking.probe import figure_lines, read_probe
-from ..rundir import RunDir, read_csv
+from ..records import (BaselineResult, Candidate, baseline_rows, candidate_rows, read_baseline_results,
+                       read_candidates)
+from ..rundir import RunDir
 from .arch_picture import ARCH_CSS, arch_summary, arch_svg
 from .device_fronts import cost_front_on_devices
-from .report import (baseline_matches, baseline_type, fidelity_of, generation_matches, headline, metric_of,
-                     paper_sentence, read_stage_times, test_figure)
+from .report import baseline_matches, fidelity_of, generation_matches, headline, paper_sentence, read_stage_times
 
 logger = logging.getLogger(__name__)
 
@@ -44,42 +46,45 @@ _W, _H, _LEFT, _RIGHT, _TOP, _BOTTOM = 760, 400, 64, 16, 12, 46
 
 @dataclass
 class RunView:
-    """What a page shows of one run. `latency[source][arch id]` in ms, sources `cost` (the run's own cost
-    model), `measured` (end to end on the run's machine) and the VPUNN devices; `prefix` makes its point keys
-    unique on a comparison; `config` is the run's config (None where it no longer loads here)."""
+    """What a page shows of one run: its candidates and baselines. `latency[source][arch id]` in ms, sources
+    `cost` (the run's own cost model), `measured` (end to end on the run's machine) and the VPUNN devices;
+    `prefix` makes its point keys unique on a comparison; `config` is the run's config and `space` its space
+    section, which draws the archs (None where the config no longer loads here)."""
 
     name: str
     path: Path
     prefix: str
     metric: str
-    rows: list[dict]
-    baselines: list[dict]
+    candidates: list[Candidate]
+    baselines: list[BaselineResult]
     cost_model: str
-    space: dict
-    latency: dict[str, dict[str, float]]
+    space: SpaceConfig | None
+    latency: dict[str, dict[int, float]]
     notes: list[str] = field(default_factory=list)
     config: RunConfig | None = None
 
 
 def load_run(run_dir: RunDir, prefix: str = "", space=None) -> RunView:
-    """A run's config, rows and latencies from every source it has; a source that cannot be had is left out with
-    a note (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer load
-    here)."""
-    rows = read_csv(run_dir.candidates)
+    """A run's config, candidates and latencies from every source it has; a source that cannot be had is left out
+    with a note (without `space`, the VPUNN costing rebuilds the run's space from its config, which may no longer
+    load here)."""
+    candidates = read_candidates(run_dir.candidates)
     left_out = None  # why the VPUNN latencies are left out
     try:
         config = load_config(run_dir.config)
     except (ValueError, OSError) as exc:  # the config of an older vpunas, or none
         config, left_out = None, f"its config does not load: {exc}"
-    view = RunView(run_dir.path.name, run_dir.path, prefix, metric_of(rows), rows,
-                   read_csv(run_dir.baselines) if run_dir.baselines.exists() else [], rows[0]["cost_model"],
-                   config.to_dict()["space"] if config else {},
-                   {"cost": {r["id"]: float(r["latency_ms"]) for r in rows}}, config=config)
-    if add_measured(rows, run_dir):
-        view.latency["measured"] = {r["id"]: float(r["measured_ms"]) for r in rows if r["measured_ms"] != ""}
+    view = RunView(run_dir.path.name, run_dir.path, prefix, candidates[0].metric, candidates,
+                   read_baseline_results(run_dir.baselines), candidates[0].cost_model,
+                   config.space if config else None,
+                   {"cost": {c.id: c.latency_ms for c in candidates}}, config=config)
+    measured = measured_latencies(run_dir)  # by arch key
+    if measured:
+        view.latency["measured"] = {c.id: measured[c.key] for c in candidates if c.key in measured}
     if config is not None:
         try:
-            table = cost_front_on_devices(run_dir, NPU_GENERATIONS, rows=rows, config=config, space=space)
+            table = cost_front_on_devices(run_dir, NPU_GENERATIONS, candidates=candidates, config=config,
+                                          space=space)
         except (ValueError, OSError) as exc:  # the errors of a data set or model file that do not load
             left_out = str(exc)
         else:
@@ -126,20 +131,20 @@ def _points(view: RunView, series: int, source: str, split: str) -> list[_Point]
     """The view's points: on `val` every arch at its inherited metric and the finalised ones also at their
     finalised metric; on `test` the archs with a test figure; baselines on the run's own cost model only."""
     latency, metric, out = view.latency.get(source, {}), view.metric, []
-    for r in view.rows:
-        x, key, final = latency.get(r["id"]), view.prefix + r["id"], r.get(f"final_{metric}", "")
+    for c in view.candidates:
+        x, key = latency.get(c.id), f"{view.prefix}{c.id}"
         if x is None:
             continue
         if split == "val":
-            out.append(_Point(key, x, float(r[metric]), "front" if r["is_pareto"] == "True" else "arch", series))
-            if final != "":
-                out.append(_Point(key, x, float(final), "final", series))
-        elif test_figure(r, metric) is not None:
-            out.append(_Point(key, x, test_figure(r, metric), "final" if final != "" else "front", series))
+            out.append(_Point(key, x, c.score, "front" if c.is_pareto else "arch", series))
+            if c.final is not None:
+                out.append(_Point(key, x, c.final.val, "final", series))
+        elif c.test_figure is not None:
+            out.append(_Point(key, x, c.test_figure, "final" if c.final is not None else "front", series))
     for i, b in enumerate(view.baselines if source == "cost" else ()):
-        y = (float(b[metric]) if b.get(metric, "") != "" else None) if split == "val" else test_figure(b, metric)
-        if y is not None and b.get("latency_ms", "") != "":
-            out.append(_Point(f"{view.prefix}b{i}", float(b["latency_ms"]), y, "baseline", series, b["name"]))
+        y = b.score if split == "val" else b.test_figure
+        if y is not None:
+            out.append(_Point(f"{view.prefix}b{i}", b.latency_ms, y, "baseline", series, b.name))
     return out
 
 
@@ -260,22 +265,22 @@ def _point_info(view: RunView) -> dict[str, dict]:
     metric, out = view.metric, {}
     labels = {c.format(m=metric): f"{metric} ({text})" for c, text in _FIGURE_LABELS.items()}
     run = f"{view.name} · " if view.prefix else ""
-    for r in view.rows:
-        arch = json.loads(r["arch"])
-        figures = [(labels.get(c, c), r[c]) for c in r if r[c] != "" and (c in labels or c.startswith("final_"))
+    rows, _ = candidate_rows(view.candidates)  # its figures as candidates.csv shows them
+    for candidate, r in zip(view.candidates, rows):
+        figures = [(labels.get(c, c), str(r[c])) for c in r if r[c] != "" and (c in labels or c.startswith("final_"))
                    and c != "is_final_pareto"]
-        latency = [(f"latency, {_SHORT_LABELS.get(s, 'VPUNN ' + s)}", _fmt(lat[r["id"]], " ms"))
-                   for s, lat in view.latency.items() if r["id"] in lat]
-        out[view.prefix + r["id"]] = {
-            "title": f"{run}arch {r['id']}" + (" · front" if r["is_pareto"] == "True" else "")
-                     + (" · finalised" if r.get(f"final_{metric}", "") != "" else ""),
-            "info": [["arch", arch_summary(arch)], *figures, *latency, ["params", _fmt(float(r["params"]) / 1e6, " M")],
-                     ["MACs", _fmt(float(r["macs"]) / 1e6, " M")]],
-            "arch": r["arch"]}
-    for i, b in enumerate(view.baselines):
-        shown = [(labels.get(c, c), b[c]) for c in b if c not in ("name", "arch", "cost_model") and b[c] != ""]
-        out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b['name']}", "info": shown,
-                                     "arch": b.get("arch") or None}
+        latency = [(f"latency, {_SHORT_LABELS.get(s, 'VPUNN ' + s)}", _fmt(lat[candidate.id], " ms"))
+                   for s, lat in view.latency.items() if candidate.id in lat]
+        out[f"{view.prefix}{candidate.id}"] = {
+            "title": f"{run}arch {candidate.id}" + (" · front" if candidate.is_pareto else "")
+                     + (" · finalised" if candidate.final is not None else ""),
+            "info": [["arch", arch_summary(candidate.arch, view.space)], *figures, *latency,
+                     ["params", _fmt(candidate.params / 1e6, " M")], ["MACs", _fmt(candidate.macs / 1e6, " M")]],
+            "arch": candidate.arch_text}
+    rows, _ = _baseline_table(view)  # as baselines.csv shows them
+    for i, (b, r) in enumerate(zip(view.baselines, rows)):
+        shown = [(labels.get(c, c), str(r[c])) for c in r if c not in ("name", "arch", "cost_model") and r[c] != ""]
+        out[f"{view.prefix}b{i}"] = {"title": f"{run}baseline {b.name}", "info": shown, "arch": r["arch"]}
     return out
 
 
@@ -283,11 +288,10 @@ def _pictures(views: Sequence[RunView]) -> str:
     """One <template> per arch with its picture (shown on selection; archs of no known family show their JSON)."""
     out = []
     for view in views:
-        for key, arch in [(view.prefix + r["id"], r["arch"]) for r in view.rows] + [
-                (f"{view.prefix}b{i}", b.get("arch", "")) for i, b in enumerate(view.baselines)]:
-            svg = arch_svg(json.loads(arch), view.space) if arch.startswith("{") else None
-            if svg:
-                out.append(f'<template id="pic-{html.escape(key)}">{svg}</template>')
+        pictures = [(f"{view.prefix}{c.id}", arch_svg(c.arch, view.space)) for c in view.candidates] + [
+            (f"{view.prefix}b{i}", arch_svg(b.arch, view.space)) for i, b in enumerate(view.baselines)
+            if BASELINE_ENTRIES[b.type].family_arch]
+        out += [f'<template id="pic-{html.escape(key)}">{svg}</template>' for key, svg in pictures if svg]
     return "".join(out)
 
 
@@ -301,22 +305,24 @@ def sortable_table(rows: Sequence[dict], columns: Sequence[str], keys: Sequence[
     return f'<table class="sortable"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def add_device_columns(view: RunView, rows: Sequence[dict]) -> list[str]:
-    """Give `rows` (of `view`) a latency column per VPUNN device the run was costed on; returns their names."""
-    columns = [f"{d}_ms" for d in NPU_GENERATIONS if d in view.latency]
-    for r in rows:
-        for d, c in zip([d for d in NPU_GENERATIONS if d in view.latency], columns):
-            r[c] = _fmt(view.latency[d][r["id"]]) if r["id"] in view.latency[d] else ""
-    return columns
+def device_columns(view: RunView) -> list[str]:
+    """The latency column of each VPUNN device the run was costed on (`_table_rows`)."""
+    return [f"{d}_ms" for d in NPU_GENERATIONS if d in view.latency]
 
 
-def add_measured(rows: list[dict], run_dir: RunDir) -> list[str]:
-    """Give the rows the end-to-end latency measured on the run's machine (`measured_ms`, blank for archs not
-    measured), if the run measured any (`nas.latency.lut_validation.measured_beside_predicted`); returns the column."""
-    measured = measured_latencies(run_dir)
-    for row in rows:
-        row["measured_ms"] = measured.get(arch_key(json.loads(row["arch"])), "")
-    return ["measured_ms"] if measured else []
+def _table_rows(view: RunView, candidates: Sequence[Candidate]) -> list[dict]:
+    """`candidates` (of `view`) as candidates.csv shows them, with the end-to-end latency measured on the run's
+    machine (`measured_ms`, blank for archs not measured; `nas.latency.lut_validation.measured_beside_predicted`)
+    if the run measured any, and a latency column per VPUNN device the run was costed on."""
+    rows, _ = candidate_rows(candidates)
+    measured = view.latency.get("measured")
+    for c, row in zip(candidates, rows):
+        if measured is not None:
+            row["measured_ms"] = measured.get(c.id, "")
+        for d in NPU_GENERATIONS:
+            if d in view.latency:
+                row[f"{d}_ms"] = _fmt(view.latency[d][c.id]) if c.id in view.latency[d] else ""
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------ run facts
@@ -328,19 +334,18 @@ def _span(values: Sequence[float]) -> str:
 def training_note(view: RunView) -> str:
     """What each side of the headline trained: the finalised archs (supernet and finalisation epochs, from the
     run's config and candidates.csv) and the trained baselines (baselines.csv's epochs)."""
-    final = [float(r["final_epochs"]) for r in view.rows if r.get("final_epochs", "") != ""]
+    final = [c.final.epochs for c in view.candidates if c.final is not None]
     config = view.config
     parts = []
     if final:
         inherited = config is not None and config.search.finalize.init == "inherited"
         supernet = f"{float(config.train.epochs):g} supernet + " if inherited else ""
         parts.append(f"finalised archs {supernet}{_span(final)} finalisation epochs")
-    trained = [b for b in view.baselines
-               if baseline_type(b) in ("standalone", "reference", "zoo") and b.get("epochs", "") != ""]
+    trained = [b for b in view.baselines if b.type in ("standalone", "reference", "zoo") and b.epochs is not None]
     if trained:
-        measured = [b["name"] for b in trained if b.get("scores_from")]
+        measured = [b.name for b in trained if b.scores_from]
         elsewhere = f" ({', '.join(measured)}: figures measured elsewhere, see scores_from)" if measured else ""
-        parts.append(f"trained baselines {_span([float(b['epochs']) for b in trained])} epochs from scratch"
+        parts.append(f"trained baselines {_span([b.epochs for b in trained])} epochs from scratch"
                      f"{elsewhere}")
     return "; ".join(parts)
 
@@ -354,10 +359,10 @@ def _warnings_section(run_dir: RunDir) -> str:
 def _headline_section(view: RunView) -> str:
     """The papers' sentence with the run's numbers (`paper_sentence`, like with like only), what each side
     trained, then each baseline's match."""
-    lines = headline(view.rows, view.baselines, view.metric)
+    lines = headline(view.candidates, view.baselines, view.metric)
     if not lines:
         return ""
-    sentence = paper_sentence(baseline_matches(view.rows, view.baselines, view.metric), view.metric)
+    sentence = paper_sentence(baseline_matches(view.candidates, view.baselines, view.metric), view.metric)
     training = training_note(view)
     where = f"test split, latency on <code>{html.escape(view.cost_model)}</code>" + (
         f"; {html.escape(training)}" if training else "")
@@ -365,8 +370,8 @@ def _headline_section(view: RunView) -> str:
            '<p class="headline">No headline: no baseline of this run is a network trained from scratch as long as '
            "the finalised archs (types standalone, reference, zoo) or bicubic upscaling; zoo networks give one "
            "(<code>configs/fmnist_zoo.yaml</code>).</p>")
-    kinds = {b["name"]: baseline_type(b) for b in view.baselines}
-    sources = {b["name"]: b.get("scores_from", "") for b in view.baselines}
+    kinds = {b.name: b.type for b in view.baselines}
+    sources = {b.name: b.scores_from for b in view.baselines}
 
     def remark(name: str) -> str:
         if kinds.get(name) == "subnet":
@@ -380,7 +385,7 @@ def _headline_section(view: RunView) -> str:
 def generations_section(view: RunView) -> str:
     """The papers' table on every NPU generation (`generation_matches`), or nothing without a trained
     baseline costed on them."""
-    matches = generation_matches(view.rows, view.baselines, view.metric, view.latency, NPU_GENERATIONS)
+    matches = generation_matches(view.candidates, view.baselines, view.metric, view.latency, NPU_GENERATIONS)
     if not matches:
         return ""
     unit = view.metric
@@ -420,8 +425,8 @@ def provenance_section(view: RunView) -> str:
     if view.config is None:
         return f"<p>Cost model <code>{html.escape(view.cost_model)}</code>.</p>"
     cost = view.config.cost
-    kind, arg = cost.spec.kind, cost.spec.argument
-    if kind == "lut":
+    arg = cost.spec.argument
+    if cost.spec.is_table:
         try:
             meta = LatencyTable.load(arg).metadata
         except (OSError, ValueError) as exc:
@@ -432,14 +437,13 @@ def provenance_section(view: RunView) -> str:
         return (f"<p>Latency table <code>{html.escape(arg)}</code>, measured with OpenVINO (per block, batch 1; "
                 f"a network's latency is the sum of its blocks plus the runtime's fixed cost):</p>"
                 f"<table class='facts'>{items}</table>")
-    if kind == "vpunn":
-        model_dir = cost.model_dir or "the files shipped with vpunas"
-        return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
-                f"<code>{html.escape(MODEL_FILES.get(arg, '?'))}</code> from {html.escape(str(model_dir))} "
-                f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
-                f"precision {html.escape(cost.dtype)}, run by vpunas "
-                "itself layer by layer (hw_cost/vpunn/network.py).</p>")
-    return f"<p>Cost model <code>{html.escape(str(cost.spec))}</code>.</p>"
+    # the kind that is not a table predicts the NPU: VPUNN (hw_cost.COST_MODEL_KINDS)
+    model_dir = cost.model_dir or "the files shipped with vpunas"
+    return (f"<p>VPUNN, Intel's neural cost model of the NPU: device <code>{html.escape(arg)}</code>, model file "
+            f"<code>{html.escape(MODEL_FILES.get(arg, arg))}</code> from {html.escape(str(model_dir))} "
+            f"(published in intel/npu-nn-cost-model, folder models/; see hw_cost/vpunn/models/NOTICE), "
+            f"precision {html.escape(cost.dtype)}, run by vpunas "
+            "itself layer by layer (hw_cost/vpunn/network.py).</p>")
 
 
 def _duration(seconds: float) -> str:
@@ -461,25 +465,33 @@ def stage_section(run_dir: RunDir) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ pages
-def _by_latency(rows, keep) -> list[dict]:
-    return sorted((r for r in rows if keep(r)), key=lambda r: float(r["latency_ms"]))
+def _baseline_table(view: RunView) -> tuple[list[dict], list[str]]:
+    """The run's baselines as baselines.csv shows them: rows and columns (a latency column per NPU generation any
+    baseline was costed on)."""
+    devices = [d for d in NPU_GENERATIONS if any(d in b.device_ms for b in view.baselines)]
+    return baseline_rows(view.baselines, view.metric, devices)
 
 
-def _arch_table(view: RunView, rows: Sequence[dict], columns: Sequence[str]) -> str:
-    return sortable_table(rows, columns, [view.prefix + r["id"] for r in rows])
+def _by_latency(candidates: Sequence[Candidate], keep) -> list[Candidate]:
+    return sorted((c for c in candidates if keep(c)), key=lambda c: c.latency_ms)
 
 
-def _final_scores(view: RunView, final: Sequence[dict]) -> list[str]:
-    """The finalised archs' scores beyond the val metric that any of them has (test, INT8 test, SSIM, ...)."""
-    metric = view.metric
-    return [c for c in view.rows[0] if c.startswith("final_") and c != f"final_{metric}"
-            and any(r[c] != "" for r in final)]
+def _arch_table(view: RunView, candidates: Sequence[Candidate], columns: Sequence[str]) -> str:
+    return sortable_table(_table_rows(view, candidates), columns, [f"{view.prefix}{c.id}" for c in candidates])
+
+
+def _final_scores(view: RunView, final: Sequence[Candidate]) -> list[str]:
+    """The candidates.csv columns of the finalised archs' scores beyond the val metric that any of them has
+    (test, INT8 test, SSIM, ...)."""
+    rows, columns = candidate_rows(final)
+    return [c for c in columns if c.startswith("final_") and c != f"final_{view.metric}"
+            and any(r.get(c, "") != "" for r in rows)]
 
 
 def _initial(view: RunView) -> str:
-    metric = view.metric
-    final = _by_latency(view.rows, lambda r: r.get(f"final_{metric}", "") != "")
-    return view.prefix + (final or _by_latency(view.rows, lambda r: r["is_pareto"] == "True") or view.rows)[0]["id"]
+    final = _by_latency(view.candidates, lambda c: c.final is not None)
+    front = _by_latency(view.candidates, lambda c: c.is_pareto)
+    return f"{view.prefix}{(final or front or view.candidates)[0].id}"
 
 
 def _png(png: bytes, name: str) -> str:
@@ -504,19 +516,17 @@ def probe_section(run_dir: RunDir, metric: str) -> str:
 
 def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     """report.html of one run."""
-    metric, rows, baselines = view.metric, view.rows, view.baselines
-    front = _by_latency(rows, lambda r: r["is_pareto"] == "True")
-    final = _by_latency(rows, lambda r: r.get(f"final_{metric}", "") != "")
-    devices = add_device_columns(view, rows)
+    metric, candidates, baselines = view.metric, view.candidates, view.baselines
+    front = _by_latency(candidates, lambda c: c.is_pareto)
+    final = _by_latency(candidates, lambda c: c.final is not None)
+    devices = device_columns(view)
     measured = ["measured_ms"] if "measured" in view.latency else []
     columns = ["id", metric, f"test_{metric}", "latency_ms", *devices, "params", "macs", "arch"]
     final_columns = ["id", f"final_{metric}", *_final_scores(view, final), metric, "latency_ms", *measured,
                      *devices, "is_final_pareto", "params", "macs", "arch"]
-    base_columns = [c for c in ("name", "type", metric, f"test_{metric}") if baselines and c in baselines[0]]
-    base_columns += [c for c in (baselines[0] if baselines else ()) if c.startswith("test_") and c not in base_columns]
-    base_columns += [c for c in ("latency_ms", *(f"{d}_ms" for d in NPU_GENERATIONS), "params", "macs", "epochs", "note",
-                                 "scores_from") if baselines and c in baselines[0]]
-    tau = fidelity_of(final, metric)
+    base_rows, base_columns = _baseline_table(view)
+    base_columns = [c for c in base_columns if c not in ("cost_model", "arch")]
+    tau = fidelity_of(final)
     final_section = "" if not final else (
         f"<h2>Finalised archs</h2><p>{len(final)} archs of the front trained past their inherited weights "
         f"(<code>search.finalize</code>); <code>final_{html.escape(metric)}</code> on the whole val split, "
@@ -527,8 +537,9 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
     section, data = front_section([view])
     data["initial"] = _initial(view)
     name = html.escape(run_dir.path.name)
+    every_arch = _arch_table(view, candidates, columns)
     body = f"""<h1>vpunas run <code>{name}</code></h1>
-<p>{len(rows)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
+<p>{len(candidates)} architectures evaluated; {len(front)} on the Pareto front of {html.escape(metric)} vs latency
 (cost model <code>{html.escape(view.cost_model)}</code>).</p>
 {_warnings_section(run_dir)}{_headline_section(view)}
 <h2>Front</h2>{section}{_png(png, "pareto.png")}
@@ -536,9 +547,9 @@ def run_page(run_dir: RunDir, view: RunView, png: bytes) -> str:
 {probe_section(run_dir, metric)}
 {generations_section(view)}
 <h2>Pareto front (inherited weights)</h2>{_arch_table(view, front, columns)}
-<h2>Baselines</h2>{sortable_table(baselines, base_columns, [f"b{i}" for i in range(len(baselines))])
+<h2>Baselines</h2>{sortable_table(base_rows, base_columns, [f"b{i}" for i in range(len(baselines))])
                    if baselines else "<p>none</p>"}
-<h2>All evaluated archs</h2><details><summary>{len(rows)} archs</summary>{_arch_table(view, rows, columns)}</details>
+<h2>All evaluated archs</h2><details><summary>{len(candidates)} archs</summary>{every_arch}</details>
 <h2>Cost model</h2>{provenance_section(view)}{_correction_note(run_dir)}
 <h2>Run time per stage</h2>{stage_section(run_dir)}
 <h2>Config</h2><pre>{html.escape(config)}</pre>"""
@@ -552,16 +563,17 @@ def compare_page(views: Sequence[RunView], png: bytes) -> str:
     data["initial"] = _initial(views[0])
     runs, tables = [], []
     for i, view in enumerate(views):
-        final = [r for r in view.rows if r.get(f"final_{metric}", "") != ""]
-        tau = fidelity_of(final, metric)
+        final = [c for c in view.candidates if c.final is not None]
+        tau = fidelity_of(final)
         runs.append(f'<tr><td><span class="key"><i style="background:{PALETTE[i % len(PALETTE)]}"></i>'
-                    f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td><td>{len(view.rows)}"
-                    f"</td><td>{sum(r['is_pareto'] == 'True' for r in view.rows)}</td><td>{len(final)}</td>"
+                    f"{html.escape(view.name)}</span></td><td>{html.escape(view.cost_model)}</td>"
+                    f"<td>{len(view.candidates)}</td><td>{sum(c.is_pareto for c in view.candidates)}</td>"
+                    f"<td>{len(final)}</td>"
                     f"<td>{'n/a' if tau is None else f'{tau:.3f}'}</td><td>{html.escape(str(view.path))}</td></tr>")
-        shown = _by_latency(view.rows, lambda r: test_figure(r, metric) is not None)
+        shown = _by_latency(view.candidates, lambda c: c.test_figure is not None)
         columns = ["id", metric, f"test_{metric}", f"final_{metric}", *_final_scores(view, final), "latency_ms",
-                   *add_device_columns(view, shown), "params", "macs", "arch"]
-        lines = "".join(f"<li>{html.escape(line)}</li>" for line in headline(view.rows, view.baselines, metric))
+                   *device_columns(view), "params", "macs", "arch"]
+        lines = "".join(f"<li>{html.escape(line)}</li>" for line in headline(view.candidates, view.baselines, metric))
         tables.append(f"<h2>{html.escape(view.name)}</h2><p>Front and finalised archs, latency on "
                       f"<code>{html.escape(view.cost_model)}</code>.</p>{f'<ul>{lines}</ul>' if lines else ''}"
                       f"{_arch_table(view, shown, columns)}")

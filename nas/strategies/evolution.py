@@ -16,15 +16,17 @@ own to resume: the run replays it from the start with every finished evaluation 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
-from ..errors import RunDirError
+from ..errors import RunDirError, check_bounds
 from ..randomness import RunRandom
+from ..records import Candidate
+from ..search_context import SearchContext
 from .registry import register_strategy
 from .sandwich import FrontSettings, SandwichStrategy, trained_supernet_scoring
 from .strategy import SearchOutcome
@@ -49,28 +51,22 @@ class EvolutionConfig(FrontSettings):
     crossover_prob: float = 0.9
     crossover_eta: float = 3.0
     mutation_eta: float = 3.0
-    latency_limit_ms: Optional[float] = None
-    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()
-        if self.population < 4:
-            raise ValueError("population: must be >= 4")
-        if self.generations < 1:
-            raise ValueError("generations: must be >= 1")
+        check_bounds(self, at_least={"population": 4, "generations": 1})
         if not 0 <= self.crossover_prob <= 1:
             raise ValueError("crossover_prob: must be in [0, 1]")
 
 
 class Nsga2Loop:
-    """NSGA-II as an ask/tell loop around an `evaluate(arch) -> record` function.
-
-    A record holds the metric under `metric` (higher is better) and `latency_ms`. `random` is the run's random
-    streams: the initial archs and pymoo's seed come from it.
+    """NSGA-II as an ask/tell loop around an `evaluate(arch) -> Candidate` function: its `score` maximised, its
+    costs (`config.costs`) minimised. `random` is the run's random streams: the initial archs and pymoo's seed come
+    from it.
     """
 
-    def __init__(self, space: SearchSpace, config: EvolutionConfig, metric: str, random: RunRandom):
-        self.space, self.config, self.metric, self.random = space, config, metric, random
+    def __init__(self, space: SearchSpace, config: EvolutionConfig, random: RunRandom):
+        self.space, self.config, self.random = space, config, random
 
     def _algorithm(self):
         from pymoo.algorithms.moo.nsga2 import NSGA2
@@ -101,9 +97,9 @@ class Nsga2Loop:
         return Problem(n_var=len(self.space.choices), n_obj=1 + len(self.config.costs), n_ieq_constr=n_constr,
                        xl=0, xu=self.space.gene_upper_bounds().astype(float), vtype=int)
 
-    def run(self, evaluate: Callable[..., dict] | None = None,
+    def run(self, evaluate: Callable[..., Candidate] | None = None,
             on_generation: Callable[[int], None] | None = None, *,
-            evaluate_generation: Callable[[list[dict], int], list[dict]] | None = None) -> None:
+            evaluate_generation: Callable[[list[dict], int], list[Candidate]] | None = None) -> None:
         """Run all generations; `on_generation(g)` follows each. Archs are scored one by one by
         `evaluate(arch, generation=g)`, or a generation's at once by `evaluate_generation(archs, g)` (records in
         the order of `archs`; e.g. spread over processes)."""
@@ -122,15 +118,15 @@ class Nsga2Loop:
             pop = algorithm.ask()
             records = evaluate_generation([self.space.decode(np.rint(x).astype(np.int64)) for x in pop.get("X")],
                                           generation)
-            objectives = np.array([[-r[self.metric], *(r[c] for c in self.config.costs)] for r in records],
+            objectives = np.array([[-c.score, *(c.cost(name) for name in self.config.costs)] for c in records],
                                   dtype=float)
             values = {"F": objectives}
             if self.config.latency_limit_ms is not None:
                 values["G"] = objectives[:, 1:2] - self.config.latency_limit_ms
             Evaluator().eval(StaticProblem(problem, **values), pop)
             algorithm.tell(infills=pop)
-            logger.info("generation %d: %d archs, best %s %.3f", generation, len(records), self.metric,
-                        max(r[self.metric] for r in records))
+            logger.info("generation %d: %d archs, best %s %.3f", generation, len(records), records[0].metric,
+                        max(c.score for c in records))
             if on_generation is not None:
                 on_generation(generation)
             generation += 1
@@ -154,7 +150,7 @@ class EvolutionStrategy(SandwichStrategy):
     name = "evolution"
     config_class = EvolutionConfig
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+    def __init__(self, ctx: SearchContext, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         super().__init__(ctx, on_generation)
         self.generation = 0  # generations finished
         self.population: list[str] = []  # arch keys of the archs of the last generation, in order
@@ -169,13 +165,13 @@ class EvolutionStrategy(SandwichStrategy):
                  and isinstance(state["population"], list) and all(isinstance(k, str) for k in state["population"]))
         if not valid:
             raise RunDirError(f"{self.ctx.run_dir.strategy_state}: not a state of the evolution strategy (expected "
-                              "{\"generation\": int, \"population\": [arch keys]}); start a new run with --out")
+                              "{\"generation\": int, \"population\": [arch keys]}); start a new run in another run directory")
         # a state of generation 0 finished nothing: no replay to check
         self._recorded = dict(state, population=list(state["population"])) if state["generation"] else None
 
     @staticmethod
     def _not_replayed(detail: str) -> RunDirError:
-        return RunDirError(f"the journal does not replay the recorded search: {detail}; start a new run with --out")
+        return RunDirError(f"the journal does not replay the recorded search: {detail}; start a new run in another run directory")
 
     def _replayed(self) -> bool:
         """Whether the generation just finished is one the recorded state had finished; at the last of them,
@@ -206,7 +202,7 @@ class EvolutionStrategy(SandwichStrategy):
         bar = tqdm(total=config.population * config.generations, desc="search", unit="arch",
                    disable=not ctx.progress, dynamic_ncols=True)
 
-        def evaluate_generation(archs: list[dict], generation: int) -> list[dict]:
+        def evaluate_generation(archs: list[dict], generation: int) -> list[Candidate]:
             self.population = [arch_key(arch) for arch in archs]
             return evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=generation)
 
@@ -215,7 +211,7 @@ class EvolutionStrategy(SandwichStrategy):
             if not self._replayed():
                 self._generation_done(evaluate.records)
 
-        Nsga2Loop(ctx.space, config, ctx.task.metric, ctx.random).run(
+        Nsga2Loop(ctx.space, config, ctx.random).run(
             evaluate_generation=evaluate_generation, on_generation=on_generation)
         bar.close()
         if self._recorded is not None:

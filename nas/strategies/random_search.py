@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import itertools
 import logging
-from dataclasses import dataclass, field
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from search_spaces import SearchSpace, arch_key
 
+from ..errors import check_bounds
 from .registry import register_strategy
 from .sandwich import FrontSettings, SandwichStrategy, trained_supernet_scoring
 from .strategy import SearchOutcome
@@ -46,17 +47,12 @@ class RandomConfig(FrontSettings):
     sampling: str = "uniform"
     bins: int = 8
     pool: int = 10
-    latency_limit_ms: Optional[float] = None
-    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()
-        if self.archs < 2:
-            raise ValueError("archs: must be >= 2")
+        check_bounds(self, at_least={"archs": 2, "bins": 1, "pool": 1})
         if self.sampling not in SAMPLERS:
             raise ValueError(f"sampling: {self.sampling!r} is not one of {', '.join(SAMPLERS)}")
-        if self.bins < 1 or self.pool < 1:
-            raise ValueError("bins and pool: must be >= 1")
 
 
 def _distinct_uniform(space: SearchSpace, n: int, rng: np.random.Generator,

@@ -6,12 +6,15 @@ spreads over, validated here for all of them).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from ..records import COSTS
 from ..rundir import RunDir, atomic_copy
-from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity
+from ..search_context import SearchContext
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, journaled_candidates
 from ..training.sandwich_archs import SandwichArchs, SpaceSandwich, WindowSandwich
 from ..training.supernet_training import SupernetTrainer
 from .strategy import SearchStrategy
@@ -21,29 +24,25 @@ logger = logging.getLogger(__name__)
 __all__ = ["EXTRA_OBJECTIVES", "FrontSettings", "SandwichStrategy", "train_supernet", "sandwich_archs",
            "trained_supernet_scoring"]
 
-#: record fields a search can minimise beside latency
-EXTRA_OBJECTIVES = ("macs", "params")
+#: a candidate's costs a search can minimise beside latency (`nas.records.COSTS`)
+EXTRA_OBJECTIVES = tuple(c for c in COSTS if c != "latency_ms")
 
 
+@dataclass
 class FrontSettings:
-    """The base of the settings of every strategy over a trained supernet: it checks the two settings they all have,
-    for all of them alike (`__post_init__`), and gives the costs their front spreads over.
-
-    Each subclass is a dataclass that declares them as its last fields (where a run's config.yaml has always held
-    them: a dataclass base's fields would come first):
-
-        latency_limit_ms: Optional[float] = None
-        extra_objectives: list = field(default_factory=list)
+    """The base of the settings of every strategy over a trained supernet: the two settings they all have, checked
+    for all of them alike (`__post_init__`), and the costs their front spreads over. A subclass is a dataclass
+    whose own fields follow these two.
 
     Args:
         latency_limit_ms: archs slower than this are infeasible (evolution: constraint-domination; random: not
             drawn); None = no limit.
-        extra_objectives: record fields minimised beside latency ("macs", "params"); finalisation then spreads
+        extra_objectives: a candidate's costs minimised beside latency ("macs", "params"); finalisation then spreads
             its archs over the cost range of every objective (`nas.training.finalize.select_spread`).
     """
 
-    latency_limit_ms: Optional[float]
-    extra_objectives: list
+    latency_limit_ms: Optional[float] = None
+    extra_objectives: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.latency_limit_ms is not None and self.latency_limit_ms <= 0:
@@ -55,11 +54,11 @@ class FrontSettings:
 
     @property
     def costs(self) -> tuple[str, ...]:
-        """The record fields minimised: latency first, then the extra objectives."""
+        """The candidate's costs minimised (`Candidate.cost`): latency first, then the extra objectives."""
         return ("latency_ms", *self.extra_objectives)
 
 
-def train_supernet(ctx) -> SupernetTrainer:
+def train_supernet(ctx: SearchContext) -> SupernetTrainer:
     """Train (or finish training) the run's supernet; returns the trainer holding the weights. With
     `supernet_from`, the other run's trained supernet is copied in first (checked to be trained alike when the run
     was prepared: `nas.config.supernet_source`), so that nothing is trained again."""
@@ -75,7 +74,7 @@ def train_supernet(ctx) -> SupernetTrainer:
     return trainer
 
 
-def sandwich_archs(ctx) -> SandwichArchs:
+def sandwich_archs(ctx: SearchContext) -> SandwichArchs:
     """The archs the run's sandwich steps train: the search's latency window with `train.sandwich_window` and a
     latency limit, else the whole space."""
     limit, _ = ctx.config.search.finalize_scope()
@@ -88,12 +87,12 @@ def sandwich_archs(ctx) -> SandwichArchs:
                           top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
 
 
-def trained_supernet_scoring(ctx) -> tuple[ArchEvaluator, CachedEvaluator]:
+def trained_supernet_scoring(ctx: SearchContext) -> tuple[ArchEvaluator, CachedEvaluator]:
     """The run's supernet trained (`train_supernet`), and its journaled scoring of archs on inherited weights."""
     trainer = train_supernet(ctx)
     evaluator = ArchEvaluator(ctx.space, trainer.trained_model, ctx.task, ctx.cost_model,
                               ctx.config.train.channels_last)
-    return evaluator, CachedEvaluator(evaluator.evaluate, ctx.run_dir.journal, dist=ctx.dist)
+    return evaluator, journaled_candidates(evaluator.evaluate, ctx.run_dir.journal, ctx.task.metric, dist=ctx.dist)
 
 
 class SandwichStrategy(SearchStrategy):

@@ -1,7 +1,7 @@
 """The interface of a search strategy: a class that turns a `SearchContext` into evaluated architectures.
 
 A strategy is a `SearchStrategy` subclass registered under its `name` (`nas.strategies.registry`). Its
-`config_class` is the settings dataclass of the `search.<name>` sub-section (`nas.strategies.config.SearchConfig`).
+`config_class` is the settings dataclass of the `search.<name>` sub-section (`nas.strategies.search_config.SearchConfig`).
 
 `nas.run.run_search` creates the strategy of the config, loads the state it recorded in
 RUN_DIR/checkpoint/strategy.json into it on resume (`state_dict` / `load_state_dict`; a strategy that checkpoints
@@ -14,6 +14,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Optional
 
+from ..records import Candidate
+from ..search_context import SearchContext
 from ..training.evaluation import ArchEvaluator, CachedEvaluator
 
 __all__ = ["SearchStrategy", "SearchOutcome"]
@@ -21,7 +23,8 @@ __all__ = ["SearchStrategy", "SearchOutcome"]
 
 @dataclass
 class SearchOutcome:
-    """`evaluate.records`: every evaluated arch in id order; `evaluator`: scores further archs (test, baselines)."""
+    """`evaluate.records`: every evaluated arch (`Candidate`) in id order; `evaluator`: scores further archs (test,
+    baselines)."""
 
     evaluate: CachedEvaluator
     evaluator: ArchEvaluator
@@ -35,7 +38,7 @@ class SearchStrategy(ABC):
     in RUN_DIR/checkpoint/strategy.json, as JSON; False for a strategy that checkpoints itself).
 
     Args:
-        ctx: the run's `nas.context.SearchContext`.
+        ctx: the run's `SearchContext`.
         on_generation: `on_generation(records)` after each generation (search epoch), with every record so far
             (the run writes candidates.csv and the strategy's state there); None: nothing.
     """
@@ -55,7 +58,7 @@ class SearchStrategy(ABC):
         return None, ("latency_ms",)
 
     @classmethod
-    def finalize_candidates(cls, settings, records: list[dict]) -> list[dict]:
+    def finalize_candidates(cls, settings, records: list[Candidate]) -> list[Candidate]:
         """The records of a search with these settings that finalisation may choose from (default: all)."""
         return records
 
@@ -65,7 +68,7 @@ class SearchStrategy(ABC):
         the run measures each finalised arch against a target and logs how far off it is)."""
         return None
 
-    def __init__(self, ctx, on_generation: Optional[Callable[[list[dict]], None]] = None):
+    def __init__(self, ctx: SearchContext, on_generation: Optional[Callable[[list[Candidate]], None]] = None):
         self.ctx, self.on_generation = ctx, on_generation
 
     @property
@@ -84,6 +87,6 @@ class SearchStrategy(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Take the state `state_dict()` gave in an earlier session of the run, before `run()`."""
 
-    def _generation_done(self, records: list[dict]) -> None:
+    def _generation_done(self, records: list[Candidate]) -> None:
         if self.on_generation is not None:
             self.on_generation(records)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn as nn
@@ -13,11 +13,13 @@ from tasks import Task
 from tasks.data import to_device
 
 from ..distributed import Distributed
+from ..records import Candidate
 from .supernet_training import device_of, recalibrate_batchnorm, to_channels_last
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchEvaluator", "CachedEvaluator", "complexity", "test_scores", "fed_from_cpu"]
+__all__ = ["ArchEvaluator", "CachedEvaluator", "journaled_candidates", "complexity", "scores_on_test", "test_scores",
+           "fed_from_cpu"]
 
 
 def complexity(blocks: list[Block]) -> tuple[int, int]:
@@ -44,10 +46,15 @@ def fed_from_cpu(model: nn.Module) -> nn.Module:
     return model if device.type == "cpu" else _FedFromCpu(model, device)
 
 
+def scores_on_test(task: Task, model: nn.Module) -> dict[str, float]:
+    """The task's scores of a model on the test split by name: its metric (and, for tasks that report more, e.g.
+    ssim)."""
+    return {k: round(float(v), 4) for k, v in task.scores(fed_from_cpu(model), "test").items()}
+
+
 def test_scores(task: Task, model: nn.Module) -> dict:
     """test_<metric> (and, for tasks that report more, e.g. test_ssim) of a model."""
-    scores = task.scores(fed_from_cpu(model), "test")
-    return {f"test_{k}": round(float(v), 4) for k, v in scores.items()}
+    return {f"test_{k}": v for k, v in scores_on_test(task, model).items()}
 
 
 class ArchEvaluator:
@@ -77,15 +84,19 @@ class ArchEvaluator:
     def latency_ms(self, arch: dict) -> float:
         return self.cost_model.latency_ms(self.space.blocks(arch))
 
-    def evaluate(self, arch: dict, subnet: nn.Module | None = None) -> dict:
-        """The record of `arch`; `subnet` is its `self.subnet(arch)` when the caller already built it."""
+    def evaluate(self, arch: dict, subnet: nn.Module | None = None) -> Candidate:
+        """The candidate of `arch` (not yet numbered); `subnet` is its `self.subnet(arch)` when the caller already
+        built it."""
         arch = self.space.validate(arch)
         subnet = subnet if subnet is not None else self.subnet(arch)
         params, macs = complexity(self.space.blocks(arch))
         metric = float(self.task.evaluate(fed_from_cpu(subnet), "val"))
-        return {"key": arch_key(arch), "arch": arch, self.task.metric: round(metric, 4),
-                "latency_ms": round(self.latency_ms(arch), 6), "cost_model": self.cost_model.name,
-                "params": params, "macs": macs}
+        return Candidate(arch, arch_key(arch), self.task.metric, round(metric, 4), round(self.latency_ms(arch), 6),
+                         self.cost_model.name, params, macs)
+
+
+def _same(entry):
+    return entry
 
 
 class CachedEvaluator:
@@ -94,32 +105,39 @@ class CachedEvaluator:
     `records` holds every evaluation in the order it was first made; an arch's `id` is its position there, so
     replaying a search after a restart assigns the same ids. With several processes (`dist`), `evaluate_all`
     spreads a list's new evaluations over them; every process keeps all records, and rank 0 writes the journal.
+    A record is journaled as `encode(record)` (a dict with its `key`; the `id` and the `extra` fields of
+    `evaluate_all` added) and read back with `decode` (default: records are those dicts; `journaled_candidates`:
+    `Candidate`s).
     """
 
-    def __init__(self, evaluate: Callable[[dict], dict], journal, key: Callable[[dict], str] = arch_key, *,
-                 dist: Distributed | None = None):
+    def __init__(self, evaluate: Callable[[Any], Any], journal, key: Callable[[Any], str] = arch_key, *,
+                 dist: Distributed | None = None, encode: Callable[[Any], dict] = _same,
+                 decode: Callable[[dict], Any] = _same):
         self._evaluate, self.journal, self._key = evaluate, journal, key
+        self._encode, self._decode = encode, decode
         self.dist = dist if dist is not None else Distributed()
-        self.records: list[dict] = journal.load()
-        self._by_key = {r["key"]: r for r in self.records}
+        entries = journal.load()
+        self.records: list = [decode(entry) for entry in entries]
+        self._by_key = {entry["key"]: record for entry, record in zip(entries, self.records)}
         self.new_evaluations = 0
 
-    def _add(self, key: str, result: dict, extra: dict) -> None:
-        record = dict(result, id=len(self.records), **extra)
+    def _add(self, key: str, result, extra: dict) -> None:
+        entry = dict(self._encode(result), id=len(self.records), **extra)
+        record = self._decode(entry)
         if self.dist.is_main:
-            self.journal.append(record)
+            self.journal.append(entry)
         self.records.append(record)
         self._by_key[key] = record
         self.new_evaluations += 1
 
-    def __call__(self, arch: dict, **extra) -> dict:
+    def __call__(self, arch: dict, **extra):
         """The record of `arch`, evaluated in this process if it is new."""
         key = self._key(arch)
         if key not in self._by_key:
             self._add(key, self._evaluate(arch), extra)
         return self._by_key[key]
 
-    def evaluate_all(self, archs: list[dict], on_record: Callable[[], None] | None = None, **extra) -> list[dict]:
+    def evaluate_all(self, archs: list[dict], on_record: Callable[[], None] | None = None, **extra) -> list:
         """The records of `archs`, in order. The new ones (each once) are evaluated spread over the processes,
         each arch whole in one process, and recorded in the order of `archs`: ids, journal and records do not
         depend on the number of processes. One process journals each arch as soon as it is scored.
@@ -143,3 +161,10 @@ class CachedEvaluator:
 
     def __contains__(self, arch: dict) -> bool:
         return self._key(arch) in self._by_key
+
+
+def journaled_candidates(evaluate: Callable[[Any], Candidate], journal, metric: str,
+                         key: Callable[[Any], str] = arch_key, *, dist: Distributed | None = None) -> CachedEvaluator:
+    """`evaluate` journaled in `journal` as the run's candidates (of the task's `metric`)."""
+    return CachedEvaluator(evaluate, journal, key, dist=dist, encode=Candidate.journal_entry,
+                           decode=lambda entry: Candidate.from_journal(entry, metric))

@@ -33,9 +33,10 @@ import torch.nn.functional as F
 
 from search_spaces import SearchSpace, Supernet
 from search_spaces.elastic import ElasticBatchNorm2d
-from tasks.data import DataError, batch_seed, to_device
+from tasks.data import DataError, to_device
 
 from ..distributed import Distributed
+from ..errors import check_bounds
 from ..randomness import RunRandom
 from ..rundir import atomic_torch_save, load_checkpoint
 from ..runtime import check_finite
@@ -93,17 +94,11 @@ class TrainConfig:
     checkpoint_every: int = 50
 
     def __post_init__(self):
-        if self.epochs <= 0:
-            raise ValueError("epochs: must be > 0")
-        if self.checkpoint_every < 1:
-            raise ValueError("checkpoint_every: must be >= 1")
-        if self.sandwich_bins < 1:
-            raise ValueError("sandwich_bins: must be >= 1")
         if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
             raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
-        for name in ("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay", "grad_clip"):
-            if not getattr(self, name) >= 0:  # NaN too
-                raise ValueError(f"{name}: must be >= 0")
+        check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay",
+                                        "grad_clip"),
+                    positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
 
 
 def to_channels_last(module: nn.Module) -> nn.Module:
@@ -321,7 +316,7 @@ class SupernetTrainer:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.task.train_batches(epoch, start):
                     x = in_layout(x, self.config.channels_last)
-                    torch.manual_seed(batch_seed(self.seed, epoch, step))  # dropout and other torch-side noise
+                    torch.manual_seed(RunRandom(self.seed).seed_of("sandwich.noise", epoch, step))
                     self.scheduler.step_update(self.global_step)
                     with session.timed_step():
                         loss = self.train_step(x, y, self.step_archs(epoch, step))

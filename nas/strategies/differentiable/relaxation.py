@@ -157,7 +157,7 @@ class ExpectedLatency(nn.Module):
 
 def relaxed_families() -> list[str]:
     """The space families that run their supernet under gates (their space's `relaxed_class`)."""
-    return sorted(name for name, (space_class, _) in SPACES.items() if space_class.relaxed_class is not None)
+    return sorted(name for name, family in SPACES.items() if family.space_class.relaxed_class is not None)
 
 
 def build_relaxed(space: SearchSpace, supernet: Optional[Supernet] = None) -> RelaxedSupernet:

@@ -31,9 +31,9 @@ import torch.nn as nn
 
 from hw_cost import CostModel
 from search_spaces import SearchSpace
-from tasks.data import DataError, EpochBatches, batch_seed
+from tasks.data import DataError, EpochBatches
 
-from ...errors import ConfigError
+from ...errors import ConfigError, check_bounds
 from ...randomness import RunRandom
 from ...rundir import atomic_torch_save, load_checkpoint
 from ...runtime import check_finite
@@ -105,15 +105,11 @@ class DifferentiableConfig:
             raise ValueError("target_ms: must be > 0")
         if self.target_vs_smallest is not None and self.target_vs_smallest < 1:
             raise ValueError("target_vs_smallest: must be >= 1 (no arch is faster than the smallest)")
-        for name in ("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
-                     "finetune_epochs"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0")
+        check_bounds(self, non_negative=("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
+                                        "finetune_epochs"),
+                    positive=("arch_lr", "tau_start", "tau_end", "arch_tau_start", "arch_tau_end", "finetune_lr"))
         if not 0 < self.arch_fraction < 1:
             raise ValueError("arch_fraction: must be in (0, 1)")
-        for name in ("arch_lr", "tau_start", "tau_end", "arch_tau_start", "arch_tau_end", "finetune_lr"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name}: must be > 0")
 
     def target_latency_ms(self, space: SearchSpace, cost_model: CostModel) -> Optional[float]:
         """The latency target in ms on `cost_model` (None without one)."""
@@ -194,7 +190,8 @@ class DifferentiableTrainer:
         perm = random.numpy("differentiable.split").permutation(len(full.source))
         n_arch = int(round(config.arch_fraction * len(perm)))
         self.weight_batches = EpochBatches(_Subset(full.source, np.sort(perm[n_arch:])), full.batch_size, self.seed)
-        self.arch_batches = EpochBatches(_Subset(full.source, np.sort(perm[:n_arch])), full.batch_size, self.seed + 1)
+        self.arch_batches = EpochBatches(_Subset(full.source, np.sort(perm[:n_arch])), full.batch_size,
+                                         random.seed_of("differentiable.arch_batches"))
         self.full_batches = full
         for name, batches in (("weight", self.weight_batches), ("architecture", self.arch_batches)):
             if batches.steps_per_epoch() < 1:
@@ -363,7 +360,7 @@ class DifferentiableTrainer:
                 epoch, start = divmod(self.global_step, self.steps_per_epoch)
                 for step, x, y in self.weight_batches(epoch, start):
                     g = self.global_step
-                    torch.manual_seed(batch_seed(self.seed, epoch, step))
+                    torch.manual_seed(self.random.seed_of("differentiable.noise", epoch, step))
                     self.scheduler.step_update(g)
                     if g == self.warmup_steps:
                         session.new_phase()
@@ -389,7 +386,7 @@ class DifferentiableTrainer:
             while not self.done:
                 epoch, start = divmod(self.global_step - self.search_steps, per_epoch)
                 for step, x, y in self.full_batches(epoch, start):
-                    torch.manual_seed(batch_seed(self.seed, 1000 + epoch, step))
+                    torch.manual_seed(self.random.seed_of("differentiable.finetune_noise", epoch, step))
                     self.finetune_scheduler.step_update(self.global_step - self.search_steps)
                     with session.timed_step():
                         loss = self.finetune_step(self._input(x), y, arch)

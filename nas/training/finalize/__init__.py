@@ -1,10 +1,11 @@
 """Finalisation: the archs a run hands over, trained past their inherited weights.
 
-Modules: `config.py` (`FinalizeConfig`), `selection.py` (which archs: `select_spread`), `plan.py` (the archs and
-their epochs, kept in the run directory), `budget.py` (the plan under a run budget), `lockstep.py`
+Modules: `settings.py` (`FinalizeConfig`), `selection.py` (which archs: `select_spread`), `plan.py` (the archs and
+their epochs, kept in the run directory), `budget.py` (the plan under a run budget), `replan.py` (that plan held
+to the budget as it trains: `Replanner`), `lockstep.py`
 (`LockstepTrainer`) and its collaborators (`schedules.py` optimizers and learning rates, `lockstep_state.py` its
 checkpoint, `net_threads.py` the nets side by side and their dropout seeds, `graph_steps.py` CUDA graphs,
-`net_timing.py` each net's time), `scoring.py` (trained or inherited weights, test and INT8 scores), `stage.py`
+`net_timing.py` each net's time), `final_scores.py` (trained or inherited weights, test and INT8 scores), `stage.py`
 (`finalize`: plan, train, score).
 
 Inherited weights rank archs; they are not what a user deploys. After the search, `archs` archs spread over
@@ -50,12 +51,12 @@ file of its own), screening scores and each scored arch are journaled (a finalis
 saved, its INT8 score in a journal of its own), so a restart repeats neither finished steps nor scores.
 """
 from .budget import budgeted_archs, budgeted_epochs, fit_to_budget
-from .config import FinalizeConfig
+from .final_scores import better_of, final_weights_path, load_final_weights
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import FinalizationPlan
 from .replan import PlanTiming, Replanner, planned_seconds
-from .scoring import better_of, final_weights_path, load_final_weights
 from .selection import feasible_records, ranking_fidelity, select_spread
+from .settings import FinalizeConfig
 from .stage import finalize
 
 __all__ = ["FinalizeConfig", "FinalizationPlan", "LockstepTrainer", "PlanTiming", "Replanner", "better_of",

@@ -9,14 +9,16 @@ from typing import Sequence
 
 from search_spaces import arch_key
 
+from ...records import Candidate
+from ...search_context import SearchContext
 from ..evaluation import ArchEvaluator
 from ..supernet_training import recalibrate_batchnorm
-from .config import FinalizeConfig
+from .final_scores import better_of
 from .lockstep import LockstepTrainer, lockstep_trainer
 from .plan import CHECKPOINT_FILE, FinalizationPlan, epochs_text
 from .replan import PlanTiming, planned_seconds
 from .schedules import epochs_to_steps
-from .scoring import better_of
+from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -65,18 +67,18 @@ def budgeted_archs(archs: int, max_archs: int, seconds_left: float, seconds_per_
     return max(archs, min(max_archs, math.floor(seconds_left / seconds_per_arch)))
 
 
-def _timed(ctx, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
+def _timed(ctx: SearchContext, trainer: LockstepTrainer) -> tuple[float, list[float], float]:
     """(seconds of one lockstep step, each net's seconds in it, seconds of scoring all its nets), timed on copies:
     the training itself is left untouched."""
     step_seconds, net_seconds = trainer.time_steps()
     probe = copy.deepcopy(trainer.nets[-1])  # the costliest arch (they come sorted by latency): not too little
     timed = time.perf_counter()
     probe = recalibrate_batchnorm(probe, ctx.task.calibration_batches(), ctx.config.train.channels_last)
-    better_of(ctx.task, probe, probe)  # its inherited subnet is scored beside it
+    better_of(ctx.task, probe, probe, 0)  # its inherited subnet is scored beside it
     return step_seconds, net_seconds, (time.perf_counter() - timed) * len(trainer.nets)
 
 
-def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
+def fit_to_budget(ctx: SearchContext, chosen: list[Candidate], choose, evaluator: ArchEvaluator,
                   seconds_left: float) -> FinalizationPlan:
     """The plan of a fresh finalisation sized to the time the run's budget leaves it: more archs (`choose(n)`, up
     to `max_archs`) when it has time for them at the full epochs, then each arch's epochs by its cost
@@ -108,4 +110,4 @@ def fit_to_budget(ctx, chosen: list[dict], choose, evaluator: ArchEvaluator,
                 "(configured: %.3g; about %.1f min)", config.run_budget_minutes, left / 60, len(chosen), step_seconds,
                 min(net_seconds) * 1e3, max(net_seconds) * 1e3, scoring, after, epochs_text(epochs), config.epochs,
                 (planned + scoring + after) / 60)
-    return FinalizationPlan([arch_key(r["arch"]) for r in chosen], epochs, timing=timing)
+    return FinalizationPlan([arch_key(c.arch) for c in chosen], epochs, timing=timing)

@@ -14,22 +14,25 @@ import torch
 import torch.nn as nn
 
 from search_spaces import arch_key
-from tasks.data import EpochBatches, batch_seed, to_device
+from tasks.data import EpochBatches, to_device
 
 from ...errors import ConfigError
+from ...randomness import RunRandom
+from ...records import Candidate
 from ...rundir import atomic_torch_save
 from ...runtime import check_finite
+from ...search_context import SearchContext
 from ..captured_step import WARMUP_STEPS, capture_refusal
 from ..evaluation import ArchEvaluator
 from ..session import TrainingSession
 from ..supernet_training import TrainConfig, in_layout, to_channels_last
-from .config import FinalizeConfig
 from .graph_steps import GraphSteps
 from .lockstep_state import continued_state, lockstep_state, resumed_state
 from .net_threads import NetThreads
 from .net_timing import NetClock
 from .replan import Replanner
 from .schedules import cosine_schedulers, epochs_to_steps, net_optimizer
+from .settings import FinalizeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +255,7 @@ class LockstepTrainer:
                     if self.done:
                         break
                     x, y = self._prepared(x, y)
-                    self.threads.seed_dropouts(batch_seed(self.seed, epoch, step) ^ 0x5F1A)  # not the supernet's
+                    self.threads.seed_dropouts(RunRandom(self.seed), epoch, step)
                     with session.timed_step():
                         losses = self.train_step(x, y)
                     self.global_step += 1
@@ -272,19 +275,19 @@ class LockstepTrainer:
                     self.total_steps, time.perf_counter() - started)
 
 
-def lockstep_trainer(ctx, records: Sequence[dict], evaluator: ArchEvaluator, checkpoint: Path, *,
+def lockstep_trainer(ctx: SearchContext, records: Sequence[Candidate], evaluator: ArchEvaluator, checkpoint: Path, *,
                      epochs: Sequence[float] | None = None, stop_epochs: float | None = None) -> LockstepTrainer:
     """A lockstep trainer of `records`' archs, initialised as `search.finalize.init` says, with the teacher
     `kd_ratio` asks for (resumed from `checkpoint` if it exists; see `LockstepTrainer` for the rest)."""
     config: FinalizeConfig = ctx.config.search.finalize
     torch.manual_seed(ctx.config.seed)  # fresh weights of the `scratch` init
     if config.init == "inherited":
-        nets = [evaluator.subnet(r["arch"]) for r in records]
+        nets = [evaluator.subnet(c.arch) for c in records]
     else:
-        nets = [ctx.space.fresh_network(r["arch"]) for r in records]
+        nets = [ctx.space.fresh_network(c.arch) for c in records]
     teacher = evaluator.subnet(ctx.space.largest()).eval() if config.kd_ratio > 0 else None
     if teacher is not None:
         teacher.requires_grad_(False)
     return LockstepTrainer(nets, teacher, ctx.task, ctx.config.train, config, ctx.config.seed, checkpoint,
-                           [arch_key(r["arch"]) for r in records], device=ctx.device, epochs=epochs,
+                           [arch_key(c.arch) for c in records], device=ctx.device, epochs=epochs,
                            stop_epochs=stop_epochs)

@@ -9,8 +9,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.nn as nn
 
-from tasks.data import batch_seed
-
+from ...randomness import RunRandom
 from ..supernet_training import modules_swapped
 from .net_timing import NetClock
 
@@ -99,11 +98,11 @@ class NetThreads:
                 self._pool.shutdown()
                 self._pool, self.workers, self._dropouts = None, 1, []
 
-    def seed_dropouts(self, seed: int) -> None:
-        """Seed each net's dropouts for the next step (inside `side_by_side`); captured steps draw from the default
-        CUDA generator, seeded here."""
+    def seed_dropouts(self, random: RunRandom, epoch: int, step: int) -> None:
+        """Seed each net's dropouts for step `step` of epoch `epoch` from the run's stream `finalize.dropout`
+        (inside `side_by_side`); captured steps draw from the default CUDA generator, seeded here."""
         if self.graphs:
-            torch.cuda.manual_seed(seed)
+            torch.cuda.manual_seed(random.seed_of("finalize.dropout", epoch, step))
         for i, dropouts in enumerate(self._dropouts):
             for j, dropout in enumerate(dropouts):
-                dropout.generator.manual_seed(batch_seed(seed, i, j))
+                dropout.generator.manual_seed(random.seed_of("finalize.dropout", epoch, step, i, j))

@@ -15,6 +15,7 @@ from typing import Sequence
 from search_spaces import arch_key
 
 from ...errors import RunDirError
+from ...records import Candidate
 from ...rundir import atomic_write_text, load_checkpoint
 from .replan import PlanTiming
 
@@ -67,9 +68,9 @@ class FinalizationPlan:
         self.epochs = [steps / steps_per_epoch for steps in net_steps]
         self.save(checkpoint_dir)
 
-    def records(self, candidates: Sequence[dict]) -> list[dict]:
-        """The planned archs' records among `candidates`, in the plan's order."""
-        by_key = {arch_key(r["arch"]): r for r in candidates}
+    def records(self, candidates: Sequence[Candidate]) -> list[Candidate]:
+        """The planned archs among `candidates`, in the plan's order."""
+        by_key = {arch_key(c.arch): c for c in candidates}
         missing = [key for key in self.keys if key not in by_key]
         if missing:
             raise RunDirError(f"{len(missing)} of the {len(self.keys)} archs of the run's finalisation plan are no "

@@ -9,9 +9,12 @@ import numpy as np
 
 from search_spaces import arch_key
 
+from ...records import Candidate
 
-def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[str] = ("latency_ms",)) -> list[dict]:
-    """`n` distinct archs for finalisation, spread over the cost range of the front (sorted by latency).
+
+def select_spread(records: Sequence[Candidate], n: int, costs: Sequence[str] = ("latency_ms",)) -> list[Candidate]:
+    """`n` distinct archs for finalisation, spread over the cost range of the front (sorted by latency); `costs`
+    name the candidates' costs (`Candidate.cost`), their scores are the metric.
 
     The ends of the front of the metric against each cost (latency, then a search's extra objectives, e.g.
     MACs) come first: its cheapest arch and its best. Then, place by place, the widest gap between the chosen
@@ -30,11 +33,11 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
     """
     from pymoo.util.nds.non_dominated_sorting import NonDominatedSorting
 
-    unique = list({arch_key(r["arch"]): r for r in records}.values())
+    unique = list({arch_key(c.arch): c for c in records}.values())
     if n <= 0 or not unique:
         return []
-    score = np.array([r[metric] for r in unique], dtype=float)
-    log_cost = np.log(np.array([[r[c] for c in costs] for r in unique], dtype=float))
+    score = np.array([c.score for c in unique], dtype=float)
+    log_cost = np.log(np.array([[c.cost(name) for name in costs] for c in unique], dtype=float))
     chosen: list[int] = []
     for j in range(len(costs)):
         front = NonDominatedSorting().do(np.stack([-score, log_cost[:, j]], axis=1), only_non_dominated_front=True)
@@ -62,15 +65,15 @@ def select_spread(records: Sequence[dict], metric: str, n: int, costs: Sequence[
     layer_of = {int(i): depth for depth, layer in enumerate(layers) for i in layer}
     rest = sorted((i for i in range(len(unique)) if i not in chosen), key=lambda i: (layer_of[i], -score[i], i))
     chosen += rest[:n - len(chosen)]
-    return sorted((unique[i] for i in chosen), key=lambda r: (r["latency_ms"], r["id"]))
+    return sorted((unique[i] for i in chosen), key=lambda c: (c.latency_ms, c.id))
 
 
-def feasible_records(records: Sequence[dict], search) -> list[dict]:
+def feasible_records(records: Sequence[Candidate], search) -> list[Candidate]:
     """The records finalisation may choose from (`SearchConfig.finalize_candidates`: e.g. the differentiable
     search's derived arch alone) within the latency limit of the search (`SearchConfig.finalize_scope`): archs it
     treated as infeasible are not worth finalisation time."""
     limit, _ = search.finalize_scope()
-    return [r for r in search.finalize_candidates(list(records)) if limit is None or r["latency_ms"] <= limit]
+    return [c for c in search.finalize_candidates(list(records)) if limit is None or c.latency_ms <= limit]
 
 
 def ranking_fidelity(inherited: Sequence[float], final: Sequence[float]) -> float | None:

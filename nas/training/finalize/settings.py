@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ...errors import check_bounds
+
 INITS = ("inherited", "scratch")
 
 
@@ -56,19 +58,12 @@ class FinalizeConfig:
     def __post_init__(self):
         if self.init not in INITS:
             raise ValueError(f"init: {self.init!r} is not one of {', '.join(INITS)}")
-        if self.archs < 0:
-            raise ValueError("archs: must be >= 0")
-        if self.epochs <= 0:
-            raise ValueError("epochs: must be > 0")
-        if self.screen_archs < 0:
-            raise ValueError("screen_archs: must be >= 0")
+        check_bounds(self, non_negative=("archs", "screen_archs", "warmup_epochs", "kd_ratio", "run_budget_minutes"),
+                    positive=("epochs",))
         if self.batch_size < 0:
             raise ValueError("batch_size: must be >= 0 (0 = the task's batch_size)")
         if self.screening and not 0 < self.screen_epochs < self.epochs:
             raise ValueError(f"screen_epochs: must be > 0 and below epochs ({self.epochs:g})")
-        for name in ("warmup_epochs", "kd_ratio", "run_budget_minutes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}: must be >= 0")
         if self.run_budget_minutes and self.screening:
             raise ValueError("run_budget_minutes: not with screening (screen_archs > archs); set one of them to 0")
         if self.max_archs and self.max_archs < self.archs:

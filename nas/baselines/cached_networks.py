@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import ConfigError
+from ..search_context import SearchContext
 from ..training.evaluation import fed_from_cpu, test_scores
 from ..training.supernet_training import TrainConfig
 from .cache import BaselineCache, cache_key
@@ -36,7 +37,7 @@ class CachedNetwork:
     note: str
 
 
-def _reference_network(ctx, baseline: ReferenceBaseline) -> dict:
+def _reference_network(ctx: SearchContext, baseline: ReferenceBaseline) -> dict:
     """The checked {network[, width]} of a reference baseline (MobileNetV2's width defaults to 1.0)."""
     if ctx.task.num_classes < 1:
         raise ConfigError(f"{baseline.where}: type reference needs a classification task")
@@ -49,7 +50,7 @@ def _reference_network(ctx, baseline: ReferenceBaseline) -> dict:
     return {"network": baseline.network}
 
 
-def reference_parts(ctx, baseline: ReferenceBaseline) -> CachedNetwork:
+def reference_parts(ctx: SearchContext, baseline: ReferenceBaseline) -> CachedNetwork:
     """The network of a `reference` baseline, checked against the run's task."""
     network = _reference_network(ctx, baseline)
     name, width, task = network["network"], network.get("width"), ctx.task
@@ -58,7 +59,7 @@ def reference_parts(ctx, baseline: ReferenceBaseline) -> CachedNetwork:
                           describe_reference(name, task.input_shape, width))
 
 
-def _zoo_settings(ctx, baseline: ZooBaseline) -> dict:
+def _zoo_settings(ctx: SearchContext, baseline: ZooBaseline) -> dict:
     """The checked {model, source, kwargs[, scale]} of a zoo baseline."""
     model, kwargs, task = baseline.model, baseline.kwargs or {}, ctx.task
     try:
@@ -78,7 +79,7 @@ def _zoo_settings(ctx, baseline: ZooBaseline) -> dict:
     return settings
 
 
-def zoo_parts(ctx, baseline: ZooBaseline) -> CachedNetwork:
+def zoo_parts(ctx: SearchContext, baseline: ZooBaseline) -> CachedNetwork:
     """The network of a `zoo` baseline, checked against the run's task (it is built once to be sure)."""
     settings, task = _zoo_settings(ctx, baseline), ctx.task
     model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
@@ -109,7 +110,7 @@ class CacheEntry:
     key: dict
 
 
-def cache_entry(ctx, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
+def cache_entry(ctx: SearchContext, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
     """A cached baseline's network, the run's recipe for its budget, and its key in the cache."""
     parts, task = _CACHED_PARTS[baseline.type](ctx, baseline), ctx.task
     recipe, budget = baseline_recipe(ctx, baseline)
@@ -117,18 +118,19 @@ def cache_entry(ctx, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
                                                         ctx.config.task, recipe, ctx.config.seed))
 
 
-def cached_baseline_path(ctx, baseline: ReferenceBaseline | ZooBaseline):
+def cached_baseline_path(ctx: SearchContext, baseline: ReferenceBaseline | ZooBaseline):
     """The cache file a `reference` or `zoo` baseline is (or will be) stored in."""
     return BaselineCache().path(cache_entry(ctx, baseline).key)
 
 
-def train_cached_baseline(ctx, baseline: ReferenceBaseline | ZooBaseline) -> tuple[dict, int]:
+def train_cached_baseline(ctx: SearchContext, baseline: ReferenceBaseline | ZooBaseline) -> tuple[dict, int]:
     """The scores and training steps of a `reference` or `zoo` baseline: from the cache, or trained now and
     cached."""
     return train_cached_network(ctx, baseline.name, cache_entry(ctx, baseline))
 
 
-def train_cached_network(ctx, name: str, entry: CacheEntry, label: str | None = None) -> tuple[dict, int]:
+def train_cached_network(ctx: SearchContext, name: str, entry: CacheEntry,
+                         label: str | None = None) -> tuple[dict, int]:
     """The scores and training steps of the network `entry` describes (a cached baseline's, a probe arch's): from
     the cache, or trained now (checkpointed under checkpoint/ as `name`) and cached. `label`: what the log calls
     it (default `baselines[<name>]`)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..records import Candidate
 from ..training.finalize import FinalizeConfig
 from .registry import STRATEGIES
 from .strategy import SearchStrategy
@@ -51,7 +52,7 @@ class SearchConfig:
         """The running strategy's `SearchStrategy.finalize_scope` with its settings."""
         return self.strategy_class.finalize_scope(self.settings())
 
-    def finalize_candidates(self, records: list[dict]) -> list[dict]:
+    def finalize_candidates(self, records: list[Candidate]) -> list[Candidate]:
         """The running strategy's `SearchStrategy.finalize_candidates` with its settings."""
         return self.strategy_class.finalize_candidates(self.settings(), records)
 
