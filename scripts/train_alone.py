@@ -23,7 +23,7 @@ import sys
 import torch
 
 from hw_cost import load_cost_model
-from nas.baselines.cached import train_cached_network
+from nas.baselines.cached_networks import train_cached_network
 from nas.config import load_config
 from nas.context import build_context, resolve_device
 from nas.errors import ConfigError

@@ -38,6 +38,7 @@ from ..rundir import read_csv, write_csv
 from ..search_context import SearchContext
 from ..strategies.random_search import RandomConfig, sample_archs
 from ..training.evaluation import ArchEvaluator
+from ..training.supernet_training import TrainConfig
 from .accuracy_predictor import arch_features, held_out_predictions
 
 logger = logging.getLogger(__name__)
@@ -77,8 +78,8 @@ def probe_entries(ctx: SearchContext) -> list[tuple[dict, CacheEntry]]:
             for arch in probe_archs(space, latency, config.probe.archs, config.seed, limit)]
 
 
-def standalone_entry(ctx, arch: dict, recipe) -> CacheEntry:
-    """The cache entry of `arch` of the run's space trained alone with `recipe` (a `TrainConfig`): the same entry
+def standalone_entry(ctx: SearchContext, arch: dict, recipe: TrainConfig) -> CacheEntry:
+    """The cache entry of `arch` of the run's space trained alone with `recipe`: the same entry
     whether a probe set or `scripts/train_alone.py` trains it."""
     space, task, config = ctx.space, ctx.task, ctx.config
     identity = {"network": f"probe-{space.family}", "space": dataclasses.asdict(config.space), "arch": arch}
