@@ -35,7 +35,7 @@ def test_trains_the_largest_arch_within_a_latency_once_and_tables_it(train_alone
     assert "| most parameters within 6 us |" in capsys.readouterr().out
     assert len(list((tmp_path / "cache").glob("probe-hybrid-*.pt"))) == 2
 
-    caplog.set_level(logging.INFO, logger="nas.baselines.cached")
+    caplog.set_level(logging.INFO, logger="nas.baselines.cached_networks")
     assert train_alone(args) == 0  # from the cache: the same scores, nothing trained
     assert sum("from the cache" in r.getMessage() for r in caplog.records) == 2
     assert list(csv.DictReader((tmp_path / "out" / "train_alone.csv").open())) == rows
