@@ -1,7 +1,7 @@
 """Architecture constants of the supported devices (docs/vpunn.md §7)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .enums import ExecutionMode, VPUDevice
 from .errors import VpunnError
@@ -31,6 +31,15 @@ class DeviceConfig:
     execution_modes: tuple[ExecutionMode, ...]
 
 
+_VPU_4_0 = DeviceConfig(
+    device=VPUDevice.VPU_4_0, dpu_mhz=1700, cmx_mhz=971, cmx_word_bytes=32, cmx_read_ports=8,
+    dma_bytes_per_cycle=64, dram_mbps=136000, macs_per_dpu=2048, fp16_ratio=2, ppe_lanes=64,
+    input_channels_per_mac=8, dpus_per_tile=1, dma_ports=2,
+    dram_latency_cycles=510,  # 300 ns at 1700 MHz
+    cmx_latency_cycles=56,  # 32 CMX cycles (at 971 MHz on 4.0, 1114 MHz on 5.0), in DPU cycles
+    cmx_bytes=1536 * 1024, owt_options=(1, 2, 3, 4, 5, 6, 7, 8),
+    execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16))
+
 DEVICES: dict[VPUDevice, DeviceConfig] = {
     VPUDevice.VPU_2_0: DeviceConfig(
         device=VPUDevice.VPU_2_0, dpu_mhz=700, cmx_mhz=700, cmx_word_bytes=16, cmx_read_ports=4,
@@ -47,22 +56,10 @@ DEVICES: dict[VPUDevice, DeviceConfig] = {
         cmx_bytes=2048 * 1024, owt_options=(1, 2),
         execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
     # 4.0 and 5.0: the runtime's main constant set (docs/vpunn.md §7); the 4.0 theoretical DMA uses a legacy set
-    VPUDevice.VPU_4_0: DeviceConfig(
-        device=VPUDevice.VPU_4_0, dpu_mhz=1700, cmx_mhz=971, cmx_word_bytes=32, cmx_read_ports=8,
-        dma_bytes_per_cycle=64, dram_mbps=136000, macs_per_dpu=2048, fp16_ratio=2, ppe_lanes=64,
-        input_channels_per_mac=8, dpus_per_tile=1, dma_ports=2,
-        dram_latency_cycles=510,  # 300 ns at 1700 MHz
-        cmx_latency_cycles=56,  # 32 CMX cycles at 971 MHz, in DPU cycles
-        cmx_bytes=1536 * 1024, owt_options=(1, 2, 3, 4, 5, 6, 7, 8),
-        execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
-    VPUDevice.NPU_5_0: DeviceConfig(
-        device=VPUDevice.NPU_5_0, dpu_mhz=1950, cmx_mhz=1114, cmx_word_bytes=32, cmx_read_ports=8,
-        dma_bytes_per_cycle=64, dram_mbps=136000, macs_per_dpu=4096, fp16_ratio=2, ppe_lanes=32,
-        input_channels_per_mac=8, dpus_per_tile=1, dma_ports=2,
-        dram_latency_cycles=585,  # 300 ns at 1950 MHz
-        cmx_latency_cycles=56,  # 32 CMX cycles at 1114 MHz, in DPU cycles
-        cmx_bytes=1536 * 1024, owt_options=(1, 2, 3, 4, 5, 6, 7, 8),
-        execution_modes=(ExecutionMode.CUBOID_16x16, ExecutionMode.CUBOID_8x16, ExecutionMode.CUBOID_4x16)),
+    VPUDevice.VPU_4_0: _VPU_4_0,
+    # 5.0: 4.0's set at its own clocks, with twice the MACs and half the PPE lanes of a DPU
+    VPUDevice.NPU_5_0: replace(_VPU_4_0, device=VPUDevice.NPU_5_0, dpu_mhz=1950, cmx_mhz=1114, macs_per_dpu=4096,
+                               ppe_lanes=32, dram_latency_cycles=585),  # 300 ns at 1950 MHz
 }
 
 #: The runtime's legacy constant set where it differs from the main one (docs/vpunn.md §7). Only the theoretical DMA
