@@ -79,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     for i, (label, arch) in enumerate(archs):
         scores, steps = train_cached_network(ctx, f"alone{i}", standalone_entry(ctx, arch, recipe), label=label)
         blocks = space.blocks(arch)
+        arch_params, arch_macs = complexity(blocks)
         rows.append({"arch_label": label, f"test_{metric}": scores.get(f"test_{metric}", ""), metric: scores[metric],
                      **{f"{name}_us": round(model.latency_ms(blocks) * 1e3, 2) for name, model in generations.items()},
-                     "macs": complexity(blocks)[1], "params": complexity(blocks)[0], "epochs": args.epochs,
+                     "macs": arch_macs, "params": arch_params, "epochs": args.epochs,
                      "steps": steps, "arch": json.dumps(arch)})
     write_csv(run_dir.path / "train_alone.csv", rows, list(rows[0]))
     print(f"| arch ({args.epochs:g} epochs alone, seed {config.seed}) | test {metric} | val {metric} | "

@@ -43,8 +43,8 @@ from .accuracy_predictor import arch_features, held_out_predictions
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["probe_archs", "probe_entries", "standalone_entry", "ranking_stats", "score_probe", "read_probe", "probe_figures",
-           "figure_lines", "format_stat", "PROBE_STATS"]
+__all__ = ["probe_archs", "probe_entries", "standalone_entry", "ranking_stats", "score_probe", "read_probe",
+           "probe_figures", "figure_lines", "format_stat", "PROBE_STATS"]
 
 
 def probe_archs(space, latency_ms, count: int, seed: int, limit_ms: float | None = None) -> list[dict]:
