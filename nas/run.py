@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from .records import Candidate, FinalScores, write_candidates
 from .reporting.build import build_report
 from .reporting.report import read_stage_times
 from .rundir import RunDir, atomic_write_text
+from .runtime import auto_threads
 from .search_context import SearchContext
 from .strategies import STRATEGIES, SearchOutcome, SearchStrategy
 from .training.evaluation import ArchEvaluator, CachedEvaluator
@@ -47,40 +47,6 @@ from .training.supernet_training import load_trained_supernet
 logger = logging.getLogger(__name__)
 
 __all__ = ["run_search", "prepare_run", "probe_run", "StageClock", "write_results"]
-
-
-def _probe_threads() -> int:
-    """1 or all cores, whichever runs a training step of an inverted-residual block (batch 128, 14x14, expansion
-    6: about 0.1 s) faster right now; interleaved, best of seven after a warm-up round. One thread must win by
-    1.5x: beside a busy process all cores run several times slower, while a momentary stall of a shared VM's
-    other core can make one thread look a little faster for a few rounds, and a run on one thread of two trains
-    at half speed. Contention that comes later is the training loops' thread governor's (`nas.runtime`)."""
-    cores = os.cpu_count() or 1
-    if cores == 1:
-        return 1
-    nn = torch.nn
-    block = nn.Sequential(nn.Conv2d(32, 192, 1), nn.BatchNorm2d(192), nn.ReLU6(),
-                          nn.Conv2d(192, 192, 3, padding=1, groups=192), nn.BatchNorm2d(192), nn.ReLU6(),
-                          nn.Conv2d(192, 32, 1)).to(memory_format=torch.channels_last)
-    x = torch.randn(128, 32, 14, 14).contiguous(memory_format=torch.channels_last)
-    timing: dict[int, float] = {}
-    previous = torch.get_num_threads()
-    for round_ in range(8):
-        for threads in (1, cores):
-            torch.set_num_threads(threads)
-            start = time.perf_counter()
-            block(x).sum().backward()
-            if round_:
-                timing[threads] = min(timing.get(threads, float("inf")), time.perf_counter() - start)
-    torch.set_num_threads(previous)
-    best = _faster_thread_count(timing[1], timing[cores], cores)
-    logger.info("thread probe: %s -> %d threads", {k: f"{v * 1e3:.0f} ms" for k, v in timing.items()}, best)
-    return best
-
-
-def _faster_thread_count(one_thread_s: float, all_cores_s: float, cores: int) -> int:
-    """The probe's verdict: 1 thread only when it is at least 1.5x as fast as all cores."""
-    return 1 if 1.5 * one_thread_s < all_cores_s else cores
 
 
 def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path | None,
@@ -112,9 +78,7 @@ def prepare_run(config_path: str | Path, overrides: list[str], out: str | Path |
             raise ParameterError(f"run directory {run_dir.path} exists and is not empty; use `resume` to continue it "
                                  "or `out` for a new one")
         if config.threads == 0:
-            # processes sharing a machine share its cores (probing them at once would measure each other)
-            config.threads = (_probe_threads() if launch.local_world_size == 1
-                              else max(1, (os.cpu_count() or 1) // launch.local_world_size))
+            config.threads = auto_threads(launch.local_world_size)
     if config.supernet_from:
         supernet_source(config)  # checked before anything is written
     device = resolve_device(config.device, launch.local_rank)

@@ -18,7 +18,7 @@ from .errors import TrainingDiverged
 logger = logging.getLogger(__name__)
 
 __all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_stop_signals", "interrupt_received", "ignore_stop_signals",
-           "check_finite", "ThreadGovernor"]
+           "check_finite", "auto_threads", "ThreadGovernor"]
 
 #: glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -161,6 +161,50 @@ class StopRequests:
             save()
             self._stopped = True
             _stop_now()
+
+
+def auto_threads(processes: int = 1) -> int:
+    """The threads a process takes for `threads: 0`: its share of the cores where several processes share the
+    machine (probing them at once would measure each other), else what `_probe_threads` finds faster now."""
+    if processes > 1:
+        return max(1, (os.cpu_count() or 1) // processes)
+    return _probe_threads()
+
+
+def _probe_threads() -> int:
+    """1 or all cores, whichever runs a training step of an inverted-residual block (batch 128, 14x14, expansion
+    6: about 0.1 s) faster right now; interleaved, best of seven after a warm-up round. One thread must win by
+    1.5x: beside a busy process all cores run several times slower, while a momentary stall of a shared VM's
+    other core can make one thread look a little faster for a few rounds, and a run on one thread of two trains
+    at half speed. Contention that comes later is the training loops' thread governor's (`nas.runtime`)."""
+    import torch
+
+    cores = os.cpu_count() or 1
+    if cores == 1:
+        return 1
+    nn = torch.nn
+    block = nn.Sequential(nn.Conv2d(32, 192, 1), nn.BatchNorm2d(192), nn.ReLU6(),
+                          nn.Conv2d(192, 192, 3, padding=1, groups=192), nn.BatchNorm2d(192), nn.ReLU6(),
+                          nn.Conv2d(192, 32, 1)).to(memory_format=torch.channels_last)
+    x = torch.randn(128, 32, 14, 14).contiguous(memory_format=torch.channels_last)
+    timing: dict[int, float] = {}
+    previous = torch.get_num_threads()
+    for round_ in range(8):
+        for threads in (1, cores):
+            torch.set_num_threads(threads)
+            start = time.perf_counter()
+            block(x).sum().backward()
+            if round_:
+                timing[threads] = min(timing.get(threads, float("inf")), time.perf_counter() - start)
+    torch.set_num_threads(previous)
+    best = _faster_thread_count(timing[1], timing[cores], cores)
+    logger.info("thread probe: %s -> %d threads", {k: f"{v * 1e3:.0f} ms" for k, v in timing.items()}, best)
+    return best
+
+
+def _faster_thread_count(one_thread_s: float, all_cores_s: float, cores: int) -> int:
+    """The probe's verdict: 1 thread only when it is at least 1.5x as fast as all cores."""
+    return 1 if 1.5 * one_thread_s < all_cores_s else cores
 
 
 class ThreadGovernor:

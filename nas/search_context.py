@@ -41,3 +41,7 @@ class SearchContext:
     def random(self) -> RunRandom:
         """The run's random streams, derived from its seed (`nas.randomness`)."""
         return RunRandom(self.config.seed)
+
+    def latency_ms(self, arch: dict) -> float:
+        """The latency of `arch` of the run's space on the run's cost model."""
+        return self.cost_model.latency_ms(self.space.blocks(arch))

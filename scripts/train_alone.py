@@ -20,8 +20,6 @@ import json
 import logging
 import sys
 
-import torch
-
 from hw_cost import load_cost_model
 from nas.baselines.cached_networks import train_cached_network
 from nas.config import load_config
@@ -29,6 +27,7 @@ from nas.context import build_context, resolve_device
 from nas.errors import ConfigError
 from nas.ranking.probe import standalone_entry
 from nas.rundir import RunDir, write_csv
+from nas.runtime import auto_threads
 from nas.training.evaluation import complexity
 from nas.training.sandwich_archs import largest_within
 from search_spaces import ArchError
@@ -51,13 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.epochs <= 0:
             raise ConfigError(f"--epochs: {args.epochs:g} is not a positive number of epochs")
         config = load_config(args.config, args.overrides)
-        if config.threads == 0:  # auto: every core, fewer while another process takes them (the governor)
-            config.threads = torch.get_num_threads()
+        if config.threads == 0:
+            config.threads = auto_threads()
         run_dir = RunDir(args.out)
         run_dir.path.mkdir(parents=True, exist_ok=True)
         ctx = build_context(config, run_dir, resolve_device("auto"), progress=False)
         space = ctx.space
-        latency_us = lambda arch: ctx.cost_model.latency_ms(space.blocks(arch)) * 1e3  # noqa: E731
+        latency_us = lambda arch: ctx.latency_ms(arch) * 1e3  # noqa: E731
         params = lambda arch: complexity(space.blocks(arch))[0]  # noqa: E731
         archs = [(f"most parameters within {limit:g} us", largest_within(space, params, [(latency_us, limit)]))
                  for limit in args.within_us]

@@ -132,6 +132,6 @@ def test_a_disabled_thread_governor_never_changes_threads():
                                                       (83, 49, 4)])
 def test_the_thread_probe_picks_one_thread_only_when_it_clearly_wins(one, all_cores, expected):
     """A stall of a moment (85 against 109 ms) keeps all cores; a busy neighbour (50 against 600) does not."""
-    from nas.run import _faster_thread_count
+    from nas.runtime import _faster_thread_count
 
     assert _faster_thread_count(one / 1e3, all_cores / 1e3, 4) == expected

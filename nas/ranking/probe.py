@@ -72,10 +72,9 @@ def probe_entries(ctx: SearchContext) -> list[tuple[dict, CacheEntry]]:
     """The run's probe archs with their cache entries (network, recipe, key)."""
     space, config = ctx.space, ctx.config
     recipe = _recipe(ctx)
-    latency = lambda arch: ctx.cost_model.latency_ms(space.blocks(arch))  # noqa: E731
     limit = config.search.finalize_scope()[0] if config.probe.within_limit else None
     return [(arch, standalone_entry(ctx, arch, recipe))
-            for arch in probe_archs(space, latency, config.probe.archs, config.seed, limit)]
+            for arch in probe_archs(space, ctx.latency_ms, config.probe.archs, config.seed, limit)]
 
 
 def standalone_entry(ctx: SearchContext, arch: dict, recipe: TrainConfig) -> CacheEntry:

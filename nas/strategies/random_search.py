@@ -111,8 +111,7 @@ class RandomStrategy(SandwichStrategy):
 
         ctx = self.ctx
         evaluator, evaluate = trained_supernet_scoring(ctx)
-        latency = lambda arch: ctx.cost_model.latency_ms(ctx.space.blocks(arch))  # noqa: E731
-        archs = sample_archs(ctx.space, self.settings, latency, ctx.random.numpy("random.archs"))
+        archs = sample_archs(ctx.space, self.settings, ctx.latency_ms, ctx.random.numpy("random.archs"))
         with tqdm(total=len(archs), desc="random search", unit="arch", disable=not ctx.progress,
                   dynamic_ncols=True) as bar:
             evaluate.evaluate_all(archs, on_record=lambda: bar.update(1), generation=0)

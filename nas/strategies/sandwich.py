@@ -80,8 +80,8 @@ def sandwich_archs(ctx: SearchContext) -> SandwichArchs:
     limit, _ = ctx.config.search.finalize_scope()
     if not (ctx.config.train.sandwich_window and limit is not None):
         return SpaceSandwich(ctx.space)
-    space, cost_model, train = ctx.space, ctx.cost_model, ctx.config.train
-    return WindowSandwich(space, lambda arch: cost_model.latency_ms(space.blocks(arch)),
+    space, train = ctx.space, ctx.config.train
+    return WindowSandwich(space, ctx.latency_ms,
                           lambda arch: complexity(space.blocks(arch))[0], lambda arch: complexity(space.blocks(arch))[1],
                           limit, ctx.config.seed, bins=train.sandwich_bins,
                           top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
