@@ -47,6 +47,11 @@ def _search(config: str, *overrides: str) -> Callable[[Path, RunDir | None], lis
     return lambda d, run: ["search", config, *overrides]
 
 
+def _baselines(entries: str, expected: str, config: str = SMOKE) -> Case:
+    """A search whose `baselines` list is `entries`, refused with `expected` before any training."""
+    return Case(_search(config, f"baselines=[{entries}]"), expected)
+
+
 def _image_folder(d: Path) -> list[str]:
     for split in ("train", "val"):
         for cls in ("a", "b"):
@@ -177,26 +182,21 @@ CASES = {
     "unknown extra objective": Case(_search(SMOKE, "search.evolution.extra_objectives=[flops]"),
                                     "extra_objectives"),
     # baselines: refused before any training
-    "baseline arch outside the space": Case(_search(SMOKE, "baselines=[{name: b, arch: {depth: [9, 9, 9]}}]"),
-                                            "baselines[b].arch"),
-    "baseline of another task": Case(_search(SMOKE, "baselines=[{name: b, type: bicubic}]"),
-                                     "needs a super-resolution task"),
-    "unknown baseline type": Case(_search(SMOKE, "baselines=[{name: b, type: teacher}]"),
-                                  "baselines[b].type: unknown 'teacher'"),
-    "unknown baseline key": Case(_search(SMOKE, "baselines=[{name: b, type: standalone, colour: 1}]"),
-                                 "baselines[b]: unknown keys ['colour']"),
-    "unknown reference network": Case(_search(SMOKE, "baselines=[{name: r, type: reference, network: vgg16}]"),
-                                      "baselines[r].network: unknown 'vgg16'"),
-    "bad reference width": Case(_search(SMOKE, "baselines=[{name: r, type: reference, network: mobilenet_v2, "
-                                               "width: -1}]"), "baselines[r].width: expected a width multiplier"),
-    "reference costed by a latency table": Case(_search(SMOKE, "baselines=[{name: r, type: reference, "
-                                                               "network: resnet18}]"),
-                                                "cannot cost a whole resnet18"),
-    "reference network for super-resolution": Case(_search(SR_SMOKE, "baselines=[{name: r, type: reference, "
-                                                                     "network: resnet18}]"),
-                                                   "baselines[r]: type reference needs a classification task"),
-    "repeated baseline name": Case(_search(SMOKE, "baselines=[{name: b}, {name: b, arch: smallest}]"),
-                                   "names must be unique; repeated: b"),
+    "baseline arch outside the space": _baselines("{name: b, arch: {depth: [9, 9, 9]}}", "baselines[b].arch"),
+    "baseline of another task": _baselines("{name: b, type: bicubic}", "needs a super-resolution task"),
+    "unknown baseline type": _baselines("{name: b, type: teacher}", "baselines[b].type: unknown 'teacher'"),
+    "unknown baseline key": _baselines("{name: b, type: standalone, colour: 1}",
+                                       "baselines[b]: unknown keys ['colour']"),
+    "unknown reference network": _baselines("{name: r, type: reference, network: vgg16}",
+                                            "baselines[r].network: unknown 'vgg16'"),
+    "bad reference width": _baselines("{name: r, type: reference, network: mobilenet_v2, width: -1}",
+                                      "baselines[r].width: expected a width multiplier"),
+    "reference costed by a latency table": _baselines("{name: r, type: reference, network: resnet18}",
+                                                      "cannot cost a whole resnet18"),
+    "reference network for super-resolution": _baselines("{name: r, type: reference, network: resnet18}",
+                                                         "baselines[r]: type reference needs a classification task",
+                                                         config=SR_SMOKE),
+    "repeated baseline name": _baselines("{name: b}, {name: b, arch: smallest}", "names must be unique; repeated: b"),
     # training that diverges stops before the bad step's update
     "diverging loss": Case(_search(SMOKE, *TINY, "train.opt=sgd", "train.lr=1e30", "train.grad_clip=0",
                                    "train.checkpoint_every=1"), "supernet training diverged at step"),
