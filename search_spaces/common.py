@@ -12,8 +12,9 @@ import torch.nn as nn
 from .base import ArchError
 from .elastic import make_divisible
 
-__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "StemBlocksHead", "init_weights", "stage_assignment",
-           "active_blocks", "expanded_width", "check_stage_depths", "kernel_choices", "stage_expand_ratios"]
+__all__ = ["StageConfig", "ConvBnAct", "ClassifierHead", "ShortcutBlock", "StemBlocksHead", "init_weights",
+           "stage_assignment", "active_blocks", "expanded_width", "check_stage_depths", "kernel_choices",
+           "stage_expand_ratios"]
 
 
 @dataclass
@@ -48,6 +49,22 @@ class ClassifierHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.classifier(self.dropout(self.conv(x).mean((2, 3))))
+
+
+class ShortcutBlock(nn.Module):
+    """A block of a standalone network whose input is added to the output of its `body` where the block keeps
+    its resolution and width (an inverted residual's shortcut)."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int):
+        super().__init__()
+        self.use_shortcut = stride == 1 and in_channels == out_channels
+
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.body(x)
+        return x + out if self.use_shortcut else out
 
 
 class StemBlocksHead(nn.Module):

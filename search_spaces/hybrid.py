@@ -40,8 +40,8 @@ from hw_cost import Block
 
 from .base import ArchError, Choice, SearchSpace, Supernet, register_space
 from .base import ArchBox, ArchStage, numbers_text
-from .common import (ClassifierHead, ConvBnAct, StemBlocksHead, check_stage_depths, expanded_width, init_weights,
-                    kernel_choices, stage_assignment, stage_expand_ratios)
+from .common import (ClassifierHead, ConvBnAct, ShortcutBlock, StemBlocksHead, check_stage_depths, expanded_width,
+                     init_weights, kernel_choices, stage_assignment, stage_expand_ratios)
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, ElasticLinear
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -105,7 +105,7 @@ def _layout(kind: str) -> tuple[bool, bool, bool]:
 
 
 # ------------------------------------------------------------------------------------------ static modules
-class HybridBlock(nn.Module):
+class HybridBlock(ShortcutBlock):
     """One block of a standalone network: an optional depthwise conv on the input (BN, no activation, as in UIB),
     the expansion (1x1, or dense k x k for `fused`), an optional depthwise conv inside it, the 1x1 projection;
     the input added when stride and width allow. The stride sits in the inner depthwise conv when there is one,
@@ -113,7 +113,7 @@ class HybridBlock(nn.Module):
 
     def __init__(self, kind: str, in_channels: int, out_channels: int, *, mid_channels: int, kernel_size: int,
                  stride: int, act_layer: type[nn.Module]):
-        super().__init__()
+        super().__init__(in_channels, out_channels, stride)
         start_dw, mid_dw, fused = _layout(kind)
         self.kind = kind
         self.start = (ConvBnAct(in_channels, in_channels, kernel_size, stride=1 if mid_dw else stride,
@@ -123,11 +123,9 @@ class HybridBlock(nn.Module):
         self.mid = (ConvBnAct(mid_channels, mid_channels, kernel_size, stride=stride, groups=mid_channels,
                               act_layer=act_layer) if mid_dw else nn.Identity())
         self.project = ConvBnAct(mid_channels, out_channels, 1, act_layer=None)
-        self.use_shortcut = stride == 1 and in_channels == out_channels
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.project(self.mid(self.expand(self.start(x))))
-        return x + out if self.use_shortcut else out
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(self.mid(self.expand(self.start(x))))
 
 
 class HybridNet(StemBlocksHead):

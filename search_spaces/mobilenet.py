@@ -29,8 +29,9 @@ import torch.nn.functional as F
 from hw_cost import Block
 
 from .base import ArchBox, ArchError, ArchStage, Choice, SearchSpace, Supernet, numbers_text, register_space
-from .common import (ClassifierHead, ConvBnAct, StageConfig, StemBlocksHead, active_blocks, check_stage_depths,
-                    expanded_width, init_weights, kernel_choices, stage_assignment, stage_expand_ratios)
+from .common import (ClassifierHead, ConvBnAct, ShortcutBlock, StageConfig, StemBlocksHead, active_blocks,
+                     check_stage_depths, expanded_width, init_weights, kernel_choices, stage_assignment,
+                     stage_expand_ratios)
 from .elastic import ElasticBatchNorm2d, ElasticConv2d, make_divisible
 from .relaxed import CostTerm, RelaxedSupernet, centred_kernel_masks, prefix_masks
 
@@ -104,24 +105,22 @@ class SqueezeExcite(nn.Module):
         return x * self.gate(self.expand(self.act(self.reduce(x.mean((2, 3), keepdim=True)))))
 
 
-class InvertedResidual(nn.Module):
+class InvertedResidual(ShortcutBlock):
     """MobileNetV2 block: 1x1 expand, k x k depthwise, optional squeeze-excite (MobileNetV3), 1x1 project;
     identity shortcut when shapes allow."""
 
     def __init__(self, in_channels: int, out_channels: int, *, kernel_size: int, mid_channels: int, stride: int,
                  act_layer: type[nn.Module] = nn.ReLU6, se: bool = False):
-        super().__init__()
+        super().__init__(in_channels, out_channels, stride)
         self.expand = (ConvBnAct(in_channels, mid_channels, 1, act_layer=act_layer)
                        if mid_channels != in_channels else nn.Identity())
         self.depthwise = ConvBnAct(mid_channels, mid_channels, kernel_size, stride=stride, groups=mid_channels,
                                    act_layer=act_layer)
         self.se = SqueezeExcite(mid_channels, se_width(mid_channels)) if se else nn.Identity()
         self.project = ConvBnAct(mid_channels, out_channels, 1, act_layer=None)
-        self.use_shortcut = stride == 1 and in_channels == out_channels
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.project(self.se(self.depthwise(self.expand(x))))
-        return x + out if self.use_shortcut else out
+    def body(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(self.se(self.depthwise(self.expand(x))))
 
 
 class MobileNet(StemBlocksHead):
