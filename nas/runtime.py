@@ -176,7 +176,7 @@ def _probe_threads() -> int:
     6: about 0.1 s) faster right now; interleaved, best of seven after a warm-up round. One thread must win by
     1.5x: beside a busy process all cores run several times slower, while a momentary stall of a shared VM's
     other core can make one thread look a little faster for a few rounds, and a run on one thread of two trains
-    at half speed. Contention that comes later is the training loops' thread governor's (`nas.runtime`)."""
+    at half speed. Contention that comes later is the training loops' (`ThreadGovernor`)."""
     import torch
 
     cores = os.cpu_count() or 1
