@@ -61,6 +61,11 @@ def _vpunn(kind: str, model: str, tmp, table: str = "vpunn") -> list[str]:
     return ["vpunn", kind, model, str(folder / f"{table}_{kind}.csv"), "-o", str(tmp / f"{table}_{kind}.csv")]
 
 
+#: MobileNetV4-Conv-S's layout in the hybrid space, the arch the results page trains alone
+MNV4_LIKE = ('{"stem":32,"width":[32,48,96,128,224],"depth":[2,3,3,4,2],"block":[["fused","fused"],["extradw","ib"'
+             ',"ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3,3],[5,3,3],['
+             '3,3,3],[3,5,5,5],[3,3]],"expand":[[4,4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
+
 README_COMMANDS = {
     # the first command: install.sh runs in CI (the test command); the search is the default config, cut to seconds
     "scripts/install.sh && .venv/bin/vpunas search configs/fmnist_mobilenet.yaml":
@@ -141,6 +146,9 @@ README_COMMANDS = {
     # tests/test_train_alone.py runs it on the hybrid smoke space; the results page's measured call
     ".venv/bin/python scripts/train_alone.py CONFIG --out DIR --within-us 54.7 88": None,
     ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/ceiling/run --within-us 88 54.7":
+        None,
+    # the results page's hand-picked arch (tests/test_train_alone.py runs --arch)
+    f".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/mnv4like --arch '{MNV4_LIKE}'":
         None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
