@@ -13,12 +13,8 @@ __all__ = ["ConfigError", "NamesParameters", "ParameterError", "QuantizationErro
 
 class NamesParameters(Exception):
     """An error whose message names the parameters of the library call it is about in backticks
-    (`` `max_drop` ``), as the library knows them; a front end shows them under its own names (`named`: the CLI
-    maps them to its flags, `nas.cli.flags`)."""
-
-    def named(self, names: Mapping[str, str]) -> str:
-        """The message with each `` `parameter` `` that `names` maps written as its name there."""
-        return name_parameters(str(self), names)
+    (`` `max_drop` ``), as the library knows them; a front end shows them under its own names (`name_parameters`:
+    the CLI maps them to its flags, `nas.cli.flags`)."""
 
 
 def name_parameters(message: str, names: Mapping[str, str]) -> str:

@@ -154,7 +154,8 @@ def _start_strategy(ctx: SearchContext) -> SearchStrategy:
             state = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RunDirError(f"{path} is damaged and cannot be read ({str(exc).splitlines()[0][:120]}); delete it "
-                              "to resume without its check of the search, or start a new run in another run directory") from None
+                              "to resume without its check of the search, or start a new run in another run "
+                              "directory") from None
         strategy.load_state_dict(state)
     return strategy
 

@@ -17,8 +17,8 @@ from .errors import TrainingDiverged
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_stop_signals", "interrupt_received", "ignore_stop_signals",
-           "check_finite", "auto_threads", "ThreadGovernor"]
+__all__ = ["keep_freed_memory", "StopRequests", "interrupt_on_stop_signals", "interrupt_received",
+           "ignore_stop_signals", "check_finite", "auto_threads", "ThreadGovernor"]
 
 #: glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3

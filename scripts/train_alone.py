@@ -56,10 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         ctx = build_context(config, run_dir, resolve_device("auto"), progress=False)
         space = ctx.space
-        latency_us = lambda arch: ctx.latency_ms(arch) * 1e3  # noqa: E731
         params = lambda arch: complexity(space.blocks(arch))[0]  # noqa: E731
-        archs = [(f"most parameters within {limit:g} us", largest_within(space, params, [(latency_us, limit)]))
-                 for limit in args.within_us]
+        archs = [(f"most parameters within {limit:g} us",
+                  largest_within(space, params, [(ctx.latency_ms, limit / 1e3)])) for limit in args.within_us]
         for i, text in enumerate(args.arch):
             try:
                 archs.append((f"--arch {i + 1}", space.validate(json.loads(text))))

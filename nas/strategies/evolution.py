@@ -165,13 +165,15 @@ class EvolutionStrategy(SandwichStrategy):
                  and isinstance(state["population"], list) and all(isinstance(k, str) for k in state["population"]))
         if not valid:
             raise RunDirError(f"{self.ctx.run_dir.strategy_state}: not a state of the evolution strategy (expected "
-                              "{\"generation\": int, \"population\": [arch keys]}); start a new run in another run directory")
+                              "{\"generation\": int, \"population\": [arch keys]}); start a new run in another run "
+                              "directory")
         # a state of generation 0 finished nothing: no replay to check
         self._recorded = dict(state, population=list(state["population"])) if state["generation"] else None
 
     @staticmethod
     def _not_replayed(detail: str) -> RunDirError:
-        return RunDirError(f"the journal does not replay the recorded search: {detail}; start a new run in another run directory")
+        return RunDirError(f"the journal does not replay the recorded search: {detail}; start a new run in another "
+                           "run directory")
 
     def _replayed(self) -> bool:
         """Whether the generation just finished is one the recorded state had finished; at the last of them,

@@ -96,9 +96,9 @@ class TrainConfig:
     def __post_init__(self):
         if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
             raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
-        check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random", "ema_decay",
-                                        "grad_clip"),
-                    positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
+        check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random",
+                                         "ema_decay", "grad_clip"),
+                     positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
 
 
 def to_channels_last(module: nn.Module) -> nn.Module:

@@ -106,8 +106,8 @@ class DifferentiableConfig:
         if self.target_vs_smallest is not None and self.target_vs_smallest < 1:
             raise ValueError("target_vs_smallest: must be >= 1 (no arch is faster than the smallest)")
         check_bounds(self, non_negative=("latency_lambda", "beta", "beta_below", "warmup_epochs", "arch_weight_decay",
-                                        "finetune_epochs"),
-                    positive=("arch_lr", "tau_start", "tau_end", "arch_tau_start", "arch_tau_end", "finetune_lr"))
+                                         "finetune_epochs"),
+                     positive=("arch_lr", "tau_start", "tau_end", "arch_tau_start", "arch_tau_end", "finetune_lr"))
         if not 0 < self.arch_fraction < 1:
             raise ValueError("arch_fraction: must be in (0, 1)")
 

@@ -59,7 +59,7 @@ class FinalizeConfig:
         if self.init not in INITS:
             raise ValueError(f"init: {self.init!r} is not one of {', '.join(INITS)}")
         check_bounds(self, non_negative=("archs", "screen_archs", "warmup_epochs", "kd_ratio", "run_budget_minutes"),
-                    positive=("epochs",))
+                     positive=("epochs",))
         if self.batch_size < 0:
             raise ValueError("batch_size: must be >= 0 (0 = the task's batch_size)")
         if self.screening and not 0 < self.screen_epochs < self.epochs:
