@@ -79,7 +79,7 @@ def bench_small(args, device: torch.device, work: Path) -> None:
           f"({torch.cuda.get_device_name(device) if device.type == 'cuda' else 'CPU'})", flush=True)
 
     sandwich = _sandwich_step(space, task, config, device, work / "supernet.pt")
-    subnets = 2 + config.train.sandwich_random
+    subnets = config.train.archs_per_step
     seconds = _timed_steps(sandwich, _train_batches(task, config.train.channels_last), 5, args.steps, device)
     _row(f"supernet sandwich ({subnets} subnets)", "eager", seconds, batch)
 
@@ -171,7 +171,7 @@ def bench_imagenet(args, device: torch.device, work: Path) -> None:
             timed += 1
         _sync(device)
         supernet_s = (time.perf_counter() - started) / timed
-    subnets = 2 + config.train.sandwich_random
+    subnets = config.train.archs_per_step
     _row(f"supernet 224 px ({subnets} subnets)", "eager", supernet_s, batch)
     print(f"  {timed} steps; {utilisation}", flush=True)
 

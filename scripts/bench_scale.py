@@ -92,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config(args.config)
     print(f"{args.config}: batch {config.task.batch_size}, {args.steps} timed steps of "
-          f"{2 + config.train.sandwich_random} archs; {args.archs} timed arch evaluations "
+          f"{config.train.archs_per_step} archs; {args.archs} timed arch evaluations "
           f"({config.task.calib_images} calibration, {config.task.eval_images or 'all'} val images); "
           f"{args.threads} thread(s) per process; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}")
     one, two = run(1, args), run(2, args)

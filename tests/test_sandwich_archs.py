@@ -79,7 +79,35 @@ def test_a_run_trains_its_window_only_with_a_latency_limit(hybrid):
         assert type(sandwich_archs(ctx)) is expected
 
 
+def test_without_its_fixed_archs_a_step_trains_only_window_draws(hybrid, tmp_path):
+    from nas.training.supernet_training import SupernetTrainer
+
+    space, latency, params, macs = hybrid
+    limit = (latency(space.smallest()) + latency(space.largest())) / 2
+    window = WindowSandwich(space, latency, params, macs, limit, seed=0, bins=4, pool=256)
+    config = load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["task.train_size=256", "train.sandwich_random=3"])
+    task = build_task_and_space(config)[0]
+
+    def step_archs(overrides):
+        train = load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_random=3", *overrides]).train
+        trainer = SupernetTrainer(space, space.build_supernet(), task, train, 0, tmp_path / "absent.pt",
+                                  sandwich=window)
+        assert train.archs_per_step == len(trainer.step_archs(0, 5))
+        return trainer.step_archs(0, 5)
+
+    fixed = step_archs([])
+    assert fixed[:2] == [window.top, window.bottom] and len(fixed) == 5
+    drawn = step_archs(["train.sandwich_fixed=false", "train.distill=false"])
+    assert drawn == fixed[2:]  # the same draws of (seed, epoch, step), without the fixed archs before them
+    assert all(latency(arch) <= limit for arch in drawn)
+
+
 def test_sandwich_settings_are_checked():
+    with pytest.raises(Exception, match="distill: needs the top arch"):
+        load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_fixed=false"])
+    with pytest.raises(Exception, match="sandwich_random: must be >= 1 with sandwich_fixed: false"):
+        load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_fixed=false", "train.distill=false",
+                                                        "train.sandwich_random=0"])
     with pytest.raises(Exception, match="sandwich_top_mmacs: must be > 0"):
         load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_top_mmacs=0"])
     with pytest.raises(Exception, match="sandwich_bins: must be >= 1"):

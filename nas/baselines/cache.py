@@ -30,9 +30,8 @@ FORMAT = 1
 #: task settings that change neither the training batches nor the scores of a trained network
 _TASK_IRRELEVANT = {"eval_batch_size", "calib_images", "loader_workers"}
 #: recipe settings the one-network trainer does not use (sandwich rule) or that change how, not what, it trains
-_TRAIN_IRRELEVANT = {"checkpoint_every", "sandwich_random", "sandwich_window", "sandwich_top_mmacs",
-                     "sandwich_bins", "distill",
-                     "cuda_graphs"}
+_TRAIN_IRRELEVANT = {"checkpoint_every", "sandwich_random", "sandwich_fixed", "sandwich_window",
+                     "sandwich_top_mmacs", "sandwich_bins", "distill", "cuda_graphs"}
 
 
 def cache_dir() -> Path:

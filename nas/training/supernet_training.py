@@ -4,7 +4,8 @@ Each step trains a top arch, a bottom arch and `sandwich_random` random archs on
 gradients before one optimizer step (Yu & Huang, "Universally Slimmable Networks", ICCV 2019; BigNAS, ECCV 2020):
 the space's largest and smallest archs and uniform draws, or, with `sandwich_window`, the search's latency window
 (`nas.training.sandwich_archs`). With `distill`, the other archs learn from the top arch's outputs (in-place
-distillation). Optimizer, schedule, EMA and augmentation are timm's.
+distillation). Without `sandwich_fixed`, a step trains its random archs only: every update goes to the archs the
+search ranks instead of two fixed ones. Optimizer, schedule, EMA and augmentation are timm's.
 
 Everything random in a step is drawn from (seed, epoch, step), so a run resumed from a mid-epoch checkpoint
 continues bit for bit as if it had never stopped.
@@ -58,6 +59,9 @@ class TrainConfig:
         opt / lr / momentum / weight_decay: timm `create_optimizer_v2` arguments.
         sched / warmup_epochs / min_lr: timm `create_scheduler_v2`, stepped per update.
         sandwich_random: random archs per step besides the top and the bottom arch.
+        sandwich_fixed: each step trains the top and the bottom arch; false: its `sandwich_random` random archs
+            only (no teacher: needs `distill: false`). In a space whose archs share weights across many choices,
+            two fixed archs take updates the archs between them need to be ranked (docs/results.md).
         sandwich_window: train the search's latency window instead of the whole space: the top arch is the largest
             within the search's latency limit, the random archs spread evenly over the latency up to it
             (`nas.training.sandwich_archs.WindowSandwich`); no effect without a latency limit.
@@ -83,6 +87,7 @@ class TrainConfig:
     warmup_epochs: float = 0.2
     min_lr: float = 0.0
     sandwich_random: int = 1
+    sandwich_fixed: bool = True
     sandwich_window: bool = False
     sandwich_top_mmacs: Optional[float] = None
     sandwich_bins: int = 8
@@ -96,9 +101,19 @@ class TrainConfig:
     def __post_init__(self):
         if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
             raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
+        if not self.sandwich_fixed and self.distill:
+            raise ValueError("distill: needs the top arch as its teacher; set distill: false with sandwich_fixed: "
+                             "false")
+        if not self.sandwich_fixed and self.sandwich_random < 1:
+            raise ValueError("sandwich_random: must be >= 1 with sandwich_fixed: false (the step's only archs)")
         check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random",
                                          "ema_decay", "grad_clip"),
                      positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
+
+    @property
+    def archs_per_step(self) -> int:
+        """Subnets a sandwich step trains (forward and backward each)."""
+        return self.sandwich_random + (2 if self.sandwich_fixed else 0)
 
 
 def to_channels_last(module: nn.Module) -> nn.Module:
@@ -252,13 +267,14 @@ class SupernetTrainer:
 
     # ------------------------------------------------------------------------------------------ training
     def step_archs(self, epoch: int, step: int) -> list[dict]:
-        """Sandwich rule: the top arch, the bottom arch, then random archs drawn from (seed, epoch, step)."""
+        """Sandwich rule: the top arch, the bottom arch (with `sandwich_fixed`), then random archs drawn from
+        (seed, epoch, step)."""
         rng = RunRandom(self.seed).numpy("sandwich.archs", epoch, step)
-        return ([self.sandwich.top, self.sandwich.bottom]
-                + [self.sandwich.random(rng) for _ in range(self.config.sandwich_random)])
+        fixed = [self.sandwich.top, self.sandwich.bottom] if self.config.sandwich_fixed else []
+        return fixed + [self.sandwich.random(rng) for _ in range(self.config.sandwich_random)]
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        """One optimizer step over `archs` on one (whole) batch; returns the first (top) arch's loss.
+        """One optimizer step over `archs` on one (whole) batch; returns the first arch's loss (the top arch's).
 
         With several processes, each trains on its share of the batch (see the module docstring)."""
         self.supernet.train()
