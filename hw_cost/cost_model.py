@@ -42,6 +42,12 @@ def _block_layers(block: Block, dtype: str) -> tuple[LayerSpec, ...]:
     return tuple(extract_layers(block.build(), block.input_shape, dtype=dtype))
 
 
+def complexity(blocks: Sequence[Block]) -> tuple[int, int]:
+    """(params, MACs) of the deployed network (batch norm folded), from its blocks' layer descriptors."""
+    layers = [layer for block in blocks for layer in block.layers()]
+    return sum(layer.params for layer in layers), sum(layer.macs for layer in layers)
+
+
 def layers_as_blocks(layers: Sequence[LayerSpec]) -> list[Block]:
     """One block per layer, keyed by the layer's signature (for networks that are not from a search space)."""
     return [Block(key=layer.signature(), input_shape=layer.in_shape,

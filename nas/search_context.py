@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from hw_cost import CostModel
+from hw_cost import CostModel, complexity
 from search_spaces import SearchSpace
 from tasks import Task
 
@@ -45,3 +45,11 @@ class SearchContext:
     def latency_ms(self, arch: dict) -> float:
         """The latency of `arch` of the run's space on the run's cost model."""
         return self.cost_model.latency_ms(self.space.blocks(arch))
+
+    def params(self, arch: dict) -> int:
+        """The parameters of `arch` of the run's space, deployed (batch norm folded)."""
+        return complexity(self.space.blocks(arch))[0]
+
+    def macs(self, arch: dict) -> int:
+        """The multiply-accumulates of `arch` of the run's space, deployed."""
+        return complexity(self.space.blocks(arch))[1]

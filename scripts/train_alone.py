@@ -20,7 +20,7 @@ import json
 import logging
 import sys
 
-from hw_cost import load_cost_model
+from hw_cost import complexity, load_cost_model
 from nas.baselines.cached_networks import train_cached_network
 from nas.config import load_config
 from nas.context import build_context, resolve_device
@@ -28,7 +28,6 @@ from nas.errors import ConfigError
 from nas.ranking.probe import standalone_entry
 from nas.rundir import RunDir, write_csv
 from nas.runtime import auto_threads
-from nas.training.evaluation import complexity
 from nas.training.sandwich_archs import largest_within
 from search_spaces import ArchError
 
@@ -56,9 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         ctx = build_context(config, run_dir, resolve_device("auto"), progress=False)
         space = ctx.space
-        params = lambda arch: complexity(space.blocks(arch))[0]  # noqa: E731
         archs = [(f"most parameters within {limit:g} us",
-                  largest_within(space, params, [(ctx.latency_ms, limit / 1e3)])) for limit in args.within_us]
+                  largest_within(space, ctx.params, [(ctx.latency_ms, limit / 1e3)])) for limit in args.within_us]
         for i, text in enumerate(args.arch):
             try:
                 archs.append((f"--arch {i + 1}", space.validate(json.loads(text))))

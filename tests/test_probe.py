@@ -26,7 +26,7 @@ def space():
 
 
 def test_probe_archs_span_the_space_from_smallest_to_largest(space):
-    from nas.training.evaluation import complexity
+    from hw_cost import complexity
 
     macs = lambda arch: float(complexity(space.blocks(arch))[1])  # noqa: E731
     archs = probe_archs(space, macs, 9, seed=0)
@@ -41,7 +41,7 @@ def test_probe_archs_span_the_space_from_smallest_to_largest(space):
 
 
 def test_probe_archs_within_a_limit_spread_over_the_search_window(space):
-    from nas.training.evaluation import complexity
+    from hw_cost import complexity
 
     macs = lambda arch: float(complexity(space.blocks(arch))[1])  # noqa: E731
     limit = (macs(space.smallest()) + macs(space.largest())) / 3

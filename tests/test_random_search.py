@@ -25,7 +25,7 @@ def space():
 
 
 def _macs(space):
-    from nas.training.evaluation import complexity
+    from hw_cost import complexity
 
     return lambda arch: float(complexity(space.blocks(arch))[1])
 

@@ -23,7 +23,7 @@ from nas.records import read_baseline_results
 from nas.baselines import BASELINE_TYPES
 from nas.cli import main
 from nas.config import ConfigError, load_config
-from nas.training.evaluation import complexity
+from hw_cost import complexity
 from nas.baselines.reference_networks import reference_block, reference_network
 from nas.reporting.report import reference_label
 from nas.rundir import RunDir, read_csv

@@ -50,7 +50,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from hw_cost import Block, CostModelError
+from hw_cost import Block, CostModelError, complexity
 from search_spaces import ArchError
 from tasks import Task
 from tasks.super_resolution import BicubicUpsampler
@@ -61,7 +61,7 @@ from ..config import NPU_GENERATIONS, ConfigError
 from ..context import npu_generation_model
 from ..records import BaselineResult, write_baseline_results
 from ..search_context import SearchContext
-from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, fed_from_cpu, scores_on_test
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, fed_from_cpu, scores_on_test
 from .cached_networks import cache_entry, reference_parts, train_cached_network, zoo_parts
 from .trainer import baseline_recipe, train_from_scratch
 

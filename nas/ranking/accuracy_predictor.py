@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..training.evaluation import complexity
+from hw_cost import complexity
 
 __all__ = ["AccuracyPredictor", "arch_features", "held_out_predictions"]
 

@@ -14,7 +14,7 @@ import torch
 from ..records import COSTS
 from ..rundir import RunDir, atomic_copy
 from ..search_context import SearchContext
-from ..training.evaluation import ArchEvaluator, CachedEvaluator, complexity, journaled_candidates
+from ..training.evaluation import ArchEvaluator, CachedEvaluator, journaled_candidates
 from ..training.sandwich_archs import SandwichArchs, SpaceSandwich, WindowSandwich
 from ..training.supernet_training import SupernetTrainer
 from .strategy import SearchStrategy
@@ -80,11 +80,9 @@ def sandwich_archs(ctx: SearchContext) -> SandwichArchs:
     limit, _ = ctx.config.search.finalize_scope()
     if not (ctx.config.train.sandwich_window and limit is not None):
         return SpaceSandwich(ctx.space)
-    space, train = ctx.space, ctx.config.train
-    return WindowSandwich(space, ctx.latency_ms,
-                          lambda arch: complexity(space.blocks(arch))[0], lambda arch: complexity(space.blocks(arch))[1],
-                          limit, ctx.config.seed, bins=train.sandwich_bins,
-                          top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
+    train = ctx.config.train
+    return WindowSandwich(ctx.space, ctx.latency_ms, ctx.params, ctx.macs, limit, ctx.config.seed,
+                          bins=train.sandwich_bins, top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
 
 
 def trained_supernet_scoring(ctx: SearchContext) -> tuple[ArchEvaluator, CachedEvaluator]:

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 import torch.nn as nn
 
-from hw_cost import Block, CostModel
+from hw_cost import CostModel, complexity
 from search_spaces import SearchSpace, Supernet, arch_key
 from tasks import Task
 from tasks.data import to_device
@@ -18,14 +18,8 @@ from .supernet_training import device_of, recalibrate_batchnorm, to_channels_las
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ArchEvaluator", "CachedEvaluator", "journaled_candidates", "complexity", "scores_on_test", "test_scores",
+__all__ = ["ArchEvaluator", "CachedEvaluator", "journaled_candidates", "scores_on_test", "test_scores",
            "fed_from_cpu"]
-
-
-def complexity(blocks: list[Block]) -> tuple[int, int]:
-    """(params, MACs) of the deployed network (batch norm folded), from its blocks' layer descriptors."""
-    layers = [layer for block in blocks for layer in block.layers()]
-    return sum(layer.params for layer in layers), sum(layer.macs for layer in layers)
 
 
 class _FedFromCpu(nn.Module):
