@@ -16,6 +16,7 @@ step), so a resumed run trains the same archs.
 from __future__ import annotations
 
 import logging
+from functools import cached_property
 from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
@@ -109,9 +110,9 @@ class WindowSandwich:
     def __init__(self, space: SearchSpace, latency_ms: Callable[[dict], float], params: Callable[[dict], float],
                  macs: Callable[[dict], float], limit_ms: float, seed: int, *, top_macs: Optional[float] = None,
                  bins: int = 8, pool: int = 4096):
-        self.space = space
-        limits = [(latency_ms, limit_ms)] + ([(macs, top_macs)] if top_macs is not None else [])
-        self.top, self.bottom = largest_within(space, params, limits), space.smallest()
+        self.space, self._latency_ms, self._params, self._macs = space, latency_ms, params, macs
+        self._top_limits = [(latency_ms, limit_ms)] + ([(macs, top_macs)] if top_macs is not None else [])
+        self.bottom = space.smallest()
         rng = RunRandom(seed).numpy("sandwich.pool")
         archs: dict[str, tuple[dict, float]] = {}
         for _ in range(pool):
@@ -125,8 +126,15 @@ class WindowSandwich:
         for arch, latency in archs.values():
             self.bins[min(bins - 1, int(np.searchsorted(edges, latency, side="right")) - 1)].append(arch)
         self.bins = [members for members in self.bins if members] or [[self.bottom]]
-        logger.info("sandwich within %.1f us: top arch at %.1f us (%.2fM MACs), %d pool archs in %d latency bins",
-                    limit_ms * 1e3, latency_ms(self.top) * 1e3, macs(self.top) / 1e6, len(archs), len(self.bins))
+        logger.info("sandwich within %.1f us: %d pool archs in %d latency bins", limit_ms * 1e3, len(archs),
+                    len(self.bins))
+
+    @cached_property
+    def top(self) -> dict:
+        """Found when first asked for (a greedy search of the space): a sandwich without fixed archs needs none."""
+        top = largest_within(self.space, self._params, self._top_limits)
+        logger.info("sandwich top arch: %.1f us, %.2fM MACs", self._latency_ms(top) * 1e3, self._macs(top) / 1e6)
+        return top
 
     def random(self, rng: np.random.Generator) -> dict:
         members = self.bins[rng.integers(len(self.bins))]
