@@ -7,7 +7,7 @@ from conftest import CONFIGS
 from hw_cost import load_cost_model
 from nas.config import load_config
 from nas.context import build_task_and_space
-from nas.training.evaluation import complexity
+from hw_cost import complexity
 from nas.training.sandwich_archs import SpaceSandwich, WindowSandwich, largest_within, size_spread_sample
 
 
@@ -108,6 +108,9 @@ def test_sandwich_settings_are_checked():
     with pytest.raises(Exception, match="sandwich_random: must be >= 1 with sandwich_fixed: false"):
         load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_fixed=false", "train.distill=false",
                                                         "train.sandwich_random=0"])
+    with pytest.raises(Exception, match="sandwich_top_mmacs: would be ignored"):
+        load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_fixed=false", "train.distill=false",
+                                                        "train.sandwich_top_mmacs=100"])
     with pytest.raises(Exception, match="sandwich_top_mmacs: must be > 0"):
         load_config(CONFIGS / "fmnist_npu_smoke.yaml", ["train.sandwich_top_mmacs=0"])
     with pytest.raises(Exception, match="sandwich_bins: must be >= 1"):

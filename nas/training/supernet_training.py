@@ -104,6 +104,9 @@ class TrainConfig:
         if not self.sandwich_fixed and self.distill:
             raise ValueError("distill: needs the top arch as its teacher; set distill: false with sandwich_fixed: "
                              "false")
+        if not self.sandwich_fixed and self.sandwich_top_mmacs is not None:
+            raise ValueError("sandwich_top_mmacs: would be ignored: sandwich_fixed: false trains no top arch; leave it "
+                             "null")
         if not self.sandwich_fixed and self.sandwich_random < 1:
             raise ValueError("sandwich_random: must be >= 1 with sandwich_fixed: false (the step's only archs)")
         check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random",
