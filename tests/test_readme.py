@@ -150,6 +150,8 @@ README_COMMANDS = {
     # the results page's hand-picked arch (tests/test_train_alone.py runs --arch)
     f".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/mnv4like --arch '{MNV4_LIKE}'":
         None,
+    # the results page's hybrid run from a scratch run's supernet (tests/test_random_search.py runs supernet_from)
+    "vpunas search configs/fmnist_npu.yaml --out /root/runs/npu2 supernet_from=/root/runs/v_window2_3ep": None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
     "vpunas probe RUN_DIR": None,
