@@ -7,6 +7,6 @@ from .cost_model import Block, CostModel, CostModelError, complexity, layers_as_
 from .layers import LayerExtractionError, LayerSpec, extract_layers
 from .registry import COST_MODEL_KINDS, CostModelKind, CostModelSpec, load_cost_model, register_cost_model
 
-__all__ = ["Block", "CostModel", "CostModelError", "COST_MODEL_KINDS", "complexity", "CostModelKind", "CostModelSpec",
-           "LayerExtractionError", "LayerSpec", "extract_layers", "layers_as_blocks", "load_cost_model",
-           "register_cost_model"]
+__all__ = ["Block", "CostModel", "CostModelError", "COST_MODEL_KINDS", "complexity", "CostModelKind",
+           "CostModelSpec", "LayerExtractionError", "LayerSpec", "extract_layers", "layers_as_blocks",
+           "load_cost_model", "register_cost_model"]

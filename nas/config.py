@@ -362,7 +362,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     train = _structured(TrainConfig, top.train, "train")
     probe = _structured(ProbeConfig, top.probe, "probe")
     if not search.strategy_class.uses_sandwich:
-        for name in ("sandwich_random", "sandwich_fixed", "sandwich_window", "sandwich_top_mmacs", "sandwich_bins", "distill"):
+        for name in ("sandwich_random", "sandwich_fixed", "sandwich_window", "sandwich_top_mmacs", "sandwich_bins",
+                     "distill"):
             if getattr(train, name) != getattr(TrainConfig, name):
                 raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the supernet "
                                   f"training's sandwich rule, which search.strategy={search.strategy} does not "

@@ -176,5 +176,5 @@ def test_cli_error_has_no_traceback_in_a_real_process(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "vpunas: error: train: unknown key 'optimiser' (valid: epochs, opt, lr, momentum, " \
                                   "weight_decay, sched, warmup_epochs, min_lr, sandwich_random, sandwich_fixed, " \
-                                  "sandwich_window, sandwich_top_mmacs, sandwich_bins, distill, ema_decay, grad_clip, " \
-                                  "channels_last, cuda_graphs, checkpoint_every)"
+                                  "sandwich_window, sandwich_top_mmacs, sandwich_bins, distill, ema_decay, " \
+                                  "grad_clip, channels_last, cuda_graphs, checkpoint_every)"

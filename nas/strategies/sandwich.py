@@ -80,9 +80,9 @@ def sandwich_archs(ctx: SearchContext) -> SandwichArchs:
     limit, _ = ctx.config.search.finalize_scope()
     if not (ctx.config.train.sandwich_window and limit is not None):
         return SpaceSandwich(ctx.space)
-    train = ctx.config.train
+    top_mmacs = ctx.config.train.sandwich_top_mmacs
     return WindowSandwich(ctx.space, ctx.latency_ms, ctx.params, ctx.macs, limit, ctx.config.seed,
-                          bins=train.sandwich_bins, top_macs=None if train.sandwich_top_mmacs is None else train.sandwich_top_mmacs * 1e6)
+                          bins=ctx.config.train.sandwich_bins, top_macs=None if top_mmacs is None else top_mmacs * 1e6)
 
 
 def trained_supernet_scoring(ctx: SearchContext) -> tuple[ArchEvaluator, CachedEvaluator]:

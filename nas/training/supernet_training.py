@@ -277,7 +277,8 @@ class SupernetTrainer:
         return fixed + [self.sandwich.random(rng) for _ in range(self.config.sandwich_random)]
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor, archs: list[dict]) -> float:
-        """One optimizer step over `archs` on one (whole) batch; returns the first arch's loss (the top arch's).
+        """One optimizer step over `archs` on one (whole) batch; returns the first arch's loss (the top arch's
+        with `sandwich_fixed`).
 
         With several processes, each trains on its share of the batch (see the module docstring)."""
         self.supernet.train()
