@@ -66,6 +66,11 @@ MNV4_LIKE = ('{"stem":32,"width":[32,48,96,128,224],"depth":[2,3,3,4,2],"block":
              ',"ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3,3],[5,3,3],['
              '3,3,3],[3,5,5,5],[3,3]],"expand":[[4,4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
 
+#: the same with a fused block at 28x28 and a wider one at 14x14, in a space widened so (the results page)
+MNV4_WITH_28 = ('{"stem":32,"width":[32,64,96,96,128,224],"depth":[1,1,3,3,4,2],"block":[["fused"],["fused"],["ext'
+                'radw","ib","ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3],[3]'
+                ',[5,3,3],[3,3,3],[3,5,5,5],[3,3]],"expand":[[1],[4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
+
 README_COMMANDS = {
     # the first command: install.sh runs in CI (the test command); the search is the default config, cut to seconds
     "scripts/install.sh && .venv/bin/vpunas search configs/fmnist_mobilenet.yaml":
@@ -152,6 +157,9 @@ README_COMMANDS = {
         None,
     # the results page's hybrid run from a scratch run's supernet (tests/test_random_search.py runs supernet_from)
     "vpunas search configs/fmnist_npu.yaml --out /root/runs/npu2 supernet_from=/root/runs/v_window2_3ep": None,
+    # the results page's arch with a 28x28 block, in a widened copy of the space (its stages quoted on the page)
+    ".venv/bin/python scripts/train_alone.py /root/runs/npu28/npu28.yaml --out /root/runs/npu28/b2 --arch '"
+    + MNV4_WITH_28 + "'": None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
     "vpunas probe RUN_DIR": None,
