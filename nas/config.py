@@ -24,7 +24,7 @@ from .errors import ConfigError, check_bounds
 from .rundir import RunDir, load_checkpoint
 from .strategies import STRATEGIES, SearchConfig
 from .training.finalize import FinalizeConfig
-from .training.supernet_training import TrainConfig
+from .training.supernet_training import SANDWICH_SETTINGS, TrainConfig
 
 __all__ = ["ConfigError", "RunConfig", "CostConfig", "ProbeConfig", "load_config", "config_to_yaml", "first_difference",
            "supernet_source", "RUN_DEVICES", "NPU_GENERATIONS"]
@@ -362,8 +362,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> RunConf
     train = _structured(TrainConfig, top.train, "train")
     probe = _structured(ProbeConfig, top.probe, "probe")
     if not search.strategy_class.uses_sandwich:
-        for name in ("sandwich_random", "sandwich_fixed", "sandwich_window", "sandwich_top_mmacs", "sandwich_bins",
-                     "distill"):
+        for name in SANDWICH_SETTINGS:
             if getattr(train, name) != getattr(TrainConfig, name):
                 raise ConfigError(f"train.{name}: {getattr(train, name)} would be ignored: it sets the supernet "
                                   f"training's sandwich rule, which search.strategy={search.strategy} does not "

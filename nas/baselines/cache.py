@@ -19,6 +19,7 @@ import torch.nn as nn
 
 from ..errors import RunDirError
 from ..rundir import atomic_torch_save, load_checkpoint
+from ..training.supernet_training import SANDWICH_SETTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +31,7 @@ FORMAT = 1
 #: task settings that change neither the training batches nor the scores of a trained network
 _TASK_IRRELEVANT = {"eval_batch_size", "calib_images", "loader_workers"}
 #: recipe settings the one-network trainer does not use (sandwich rule) or that change how, not what, it trains
-_TRAIN_IRRELEVANT = {"checkpoint_every", "sandwich_random", "sandwich_fixed", "sandwich_window",
-                     "sandwich_top_mmacs", "sandwich_bins", "distill", "cuda_graphs"}
+_TRAIN_IRRELEVANT = {"checkpoint_every", "cuda_graphs", *SANDWICH_SETTINGS}
 
 
 def cache_dir() -> Path:

@@ -46,8 +46,13 @@ from .session import TrainingSession
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainConfig", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last",
+__all__ = ["TrainConfig", "SANDWICH_SETTINGS", "SupernetTrainer", "load_trained_supernet", "recalibrate_batchnorm", "to_channels_last",
            "device_of", "batch_share_layers", "ShareDropout"]
+
+
+#: the settings of `TrainConfig` that shape the sandwich rule (what a supernet step trains), and nothing else
+SANDWICH_SETTINGS = ("sandwich_random", "sandwich_fixed", "sandwich_window", "sandwich_top_mmacs", "sandwich_bins",
+                     "distill")
 
 
 @dataclass
@@ -101,14 +106,15 @@ class TrainConfig:
     def __post_init__(self):
         if self.sandwich_top_mmacs is not None and not self.sandwich_top_mmacs > 0:
             raise ValueError("sandwich_top_mmacs: must be > 0 (or null for no cap)")
-        if not self.sandwich_fixed and self.distill:
-            raise ValueError("distill: needs the top arch as its teacher; set distill: false with sandwich_fixed: "
-                             "false")
-        if not self.sandwich_fixed and self.sandwich_top_mmacs is not None:
-            raise ValueError("sandwich_top_mmacs: would be ignored: sandwich_fixed: false trains no top arch; leave it "
-                             "null")
-        if not self.sandwich_fixed and self.sandwich_random < 1:
-            raise ValueError("sandwich_random: must be >= 1 with sandwich_fixed: false (the step's only archs)")
+        if not self.sandwich_fixed:  # no top arch: no teacher, no cap on it, and the draws are all a step trains
+            if self.distill:
+                raise ValueError("distill: needs the top arch as its teacher; set distill: false with "
+                                 "sandwich_fixed: false")
+            if self.sandwich_top_mmacs is not None:
+                raise ValueError("sandwich_top_mmacs: would be ignored: sandwich_fixed: false trains no top arch; "
+                                 "leave it null")
+            if self.sandwich_random < 1:
+                raise ValueError("sandwich_random: must be >= 1 with sandwich_fixed: false (the step's only archs)")
         check_bounds(self, non_negative=("lr", "weight_decay", "warmup_epochs", "min_lr", "sandwich_random",
                                          "ema_decay", "grad_clip"),
                      positive=("epochs",), at_least={"checkpoint_every": 1, "sandwich_bins": 1})
