@@ -4,10 +4,12 @@ files share: the overrides that shrink a smoke run, small spaces, the strategies
 from __future__ import annotations
 
 import csv
+import fcntl
 import functools
 import json
 import os
 import platform
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -198,13 +200,21 @@ def sampled_archs(space, count: int = 20, seed: int = 0) -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory):
-    """The classification smoke config run end to end once per session (search, finalisation, report)."""
+def smoke_run(tmp_path_factory, worker_id):
+    """The classification smoke config run end to end once per test session (search, finalisation, report): the
+    suite's processes share it, the first to need it runs it while the others wait. Tests read it, or copy it to
+    change it."""
     from nas.cli import main
     from nas.rundir import RunDir
 
-    out = tmp_path_factory.mktemp("runs") / "smoke"
-    assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
+    shared = tmp_path_factory.getbasetemp() if worker_id == "master" else tmp_path_factory.getbasetemp().parent
+    out, done = shared / "smoke_run", shared / "smoke_run.done"
+    with open(shared / "smoke_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)  # a run left half-written by a process that failed
+            assert main(["search", SMOKE, "--out", str(out), "--no-progress"]) == 0
+            done.touch()
     return RunDir(out)
 
 
