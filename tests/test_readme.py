@@ -7,6 +7,7 @@ concrete invocations that stand for it. A command added to the README without an
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -66,7 +67,7 @@ MNV4_LIKE = ('{"stem":32,"width":[32,48,96,128,224],"depth":[2,3,3,4,2],"block":
              ',"ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3,3],[5,3,3],['
              '3,3,3],[3,5,5,5],[3,3]],"expand":[[4,4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
 
-#: the same with a fused block at 28x28 and a wider one at 14x14, in a space widened so (the results page)
+#: the same with a fused block at 28x28 and a wider one at 14x14 (the results page)
 MNV4_WITH_28 = ('{"stem":32,"width":[32,64,96,96,128,224],"depth":[1,1,3,3,4,2],"block":[["fused"],["fused"],["ext'
                 'radw","ib","ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3],[3]'
                 ',[5,3,3],[3,3,3],[3,5,5,5],[3,3]],"expand":[[1],[4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
@@ -157,8 +158,8 @@ README_COMMANDS = {
         None,
     # the results page's hybrid run from a scratch run's supernet (tests/test_random_search.py runs supernet_from)
     "vpunas search configs/fmnist_npu.yaml --out /root/runs/npu2 supernet_from=/root/runs/v_window2_3ep": None,
-    # the results page's arch with a 28x28 block, in a widened copy of the space (its stages quoted on the page)
-    ".venv/bin/python scripts/train_alone.py /root/runs/npu28/npu28.yaml --out /root/runs/npu28/b2 --arch '"
+    # the results page's arch with a 28x28 block (the config's stages quoted on the page)
+    ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/npu28/b2 --arch '"
     + MNV4_WITH_28 + "'": None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
@@ -211,3 +212,12 @@ def test_readme_benchmark_runs(command, smoke_run, tmp_path):
     proc = subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip()  # it printed its figures
+
+
+def test_the_hand_picked_archs_of_the_hybrid_config_are_archs_of_its_space_as_shipped():
+    """The results page's commands that train hand-picked archs of configs/fmnist_npu.yaml run on it as it is."""
+    from search_spaces import build_space
+
+    space = build_space(load_config(CONFIGS / "fmnist_npu.yaml").space, input_shape=(1, 28, 28), num_outputs=10)
+    for arch in (MNV4_WITH_28,):
+        assert space.validate(json.loads(arch)) == json.loads(arch)
