@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CONFIGS
+from conftest import CONFIGS, EVOLVE_TWO_GENERATIONS, NO_BASELINES, SCORE_ON_128
 from hw_cost import extract_layers, load_cost_model
 from nas.config import load_config
 from search_spaces import ArchError, build_space
@@ -191,7 +191,8 @@ def test_smoke_search_end_to_end(tmp_path):
     from nas.rundir import RunDir, read_csv
 
     run = RunDir(tmp_path / "run")
-    assert main(["search", str(CONFIGS / "fmnist_npu_smoke.yaml"), "--out", str(run.path), "--no-progress"]) == 0
+    assert main(["search", str(CONFIGS / "fmnist_npu_smoke.yaml"), "--out", str(run.path), "--no-progress",
+                 *SCORE_ON_128, *EVOLVE_TWO_GENERATIONS, *NO_BASELINES]) == 0
     rows = read_csv(run.candidates)
     archs = [json.loads(r["arch"]) for r in rows]
     assert set(archs[0]) == {"stem", "depth", "width", "block", "kernel", "expand", "head"}
