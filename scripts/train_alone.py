@@ -8,9 +8,9 @@ Each `--within-us` limit gives the arch with the most parameters within that lat
 (`nas.training.sandwich_archs.largest_within`); each `--arch` an arch as JSON. Every arch trains from scratch with
 the config's `train` recipe for `--epochs` and its seed, is scored on val and test as a probe arch is, and is
 cached with the probe set's entries (`nas.ranking.probe.standalone_entry`), so a second call trains nothing. DIR
-keeps the checkpoints: an interrupted call resumes the arch it was training. Prints a Markdown table of the archs
-(test and val metric, latency on each VPUNN generation, MACs, params) and writes it with the archs to
-DIR/train_alone.csv.
+keeps the checkpoints: an interrupted call (SIGTERM, Ctrl-C: exit 130) resumes the arch it was training. Prints a
+Markdown table of the archs (test and val metric, latency on each VPUNN generation, MACs, params) and writes it
+with the archs to DIR/train_alone.csv.
 """
 from __future__ import annotations
 
@@ -73,7 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     generations = {name: load_cost_model(f"vpunn:{name}") for name in GENERATIONS}
     metric, rows = ctx.task.metric, []
     for i, (label, arch) in enumerate(archs):
-        scores, steps = train_cached_network(ctx, f"alone{i}", standalone_entry(ctx, arch, recipe), label=label)
+        try:
+            scores, steps = train_cached_network(ctx, f"alone{i}", standalone_entry(ctx, arch, recipe), label=label)
+        except KeyboardInterrupt:  # SIGTERM or Ctrl-C: training saved its checkpoint first
+            print(f"train_alone: interrupted; {label} resumes from its checkpoint in {args.out} when this command "
+                  "runs again", file=sys.stderr)
+            return 130
         blocks = space.blocks(arch)
         arch_params, arch_macs = complexity(blocks)
         rows.append({"arch_label": label, f"test_{metric}": scores.get(f"test_{metric}", ""), metric: scores[metric],

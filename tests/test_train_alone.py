@@ -50,3 +50,14 @@ def test_bad_input_gets_one_line(train_alone, tmp_path, capsys, args, words):
     assert train_alone([SMOKE, "--out", str(tmp_path / "out"), *args]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("train_alone: ") and words in lines[0]
+
+
+def test_an_interrupt_gets_one_line(train_alone, tmp_path, monkeypatch, capsys):
+    """SIGTERM or Ctrl-C in training (which saves its checkpoint first): one line saying how to resume, exit 130."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(train_alone.__globals__, "train_cached_network", interrupted)
+    assert train_alone([SMOKE, "--out", str(tmp_path / "out"), "--within-us", "6"]) == 130
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "most parameters within 6 us resumes from its checkpoint" in lines[0]
