@@ -72,6 +72,12 @@ MNV4_WITH_28 = ('{"stem":32,"width":[32,64,96,96,128,224],"depth":[1,1,3,3,4,2],
                 'radw","ib","ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"]],"kernel":[[3],[3]'
                 ',[5,3,3],[3,3,3],[3,5,5,5],[3,3]],"expand":[[1],[4],[4,2,2],[2,2,4],[6,4,4,4],[4,4]],"head":1280}')
 
+#: a deeper and wider arch of that kind at 79 us on VPU 2.7 (the results page)
+MNV4_WIDER_28 = ('{"stem":32,"width":[32,64,96,128,160,224],"depth":[2,2,3,3,4,2],"block":[["fused","fused"],["fused'
+                 '","fused"],["extradw","ib","ib"],["ib","ib","convnext"],["extradw","extradw","ib","ib"],["ib","ib"'
+                 ']],"kernel":[[3,3],[3,3],[5,3,3],[3,3,3],[3,5,5,5],[3,3]],"expand":[[1,2],[4,2],[4,4,4],[4,4,4],[6'
+                 ',4,4,4],[4,4]],"head":1280}')
+
 README_COMMANDS = {
     # the first command: install.sh runs in CI (the test command); the search is the default config, cut to seconds
     "scripts/install.sh && .venv/bin/vpunas search configs/fmnist_mobilenet.yaml":
@@ -161,6 +167,9 @@ README_COMMANDS = {
     # the results page's arch with a 28x28 block (the config's stages quoted on the page)
     ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/npu28/b2 --arch '"
     + MNV4_WITH_28 + "'": None,
+    # the results page's arch at 79 us
+    ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/npu28/a79 --arch '"
+    + MNV4_WIDER_28 + "'": None,
     # tests/test_probe.py runs the probe set on a copy of the smoke run (a few archs, a private cache)
     "vpunas probe": None,
     "vpunas probe RUN_DIR": None,
@@ -219,5 +228,5 @@ def test_the_hand_picked_archs_of_the_hybrid_config_are_archs_of_its_space_as_sh
     from search_spaces import build_space
 
     space = build_space(load_config(CONFIGS / "fmnist_npu.yaml").space, input_shape=(1, 28, 28), num_outputs=10)
-    for arch in (MNV4_WITH_28,):
+    for arch in (MNV4_WITH_28, MNV4_WIDER_28):
         assert space.validate(json.loads(arch)) == json.loads(arch)
