@@ -1,6 +1,6 @@
 """A run killed with SIGTERM at any moment resumes to the result of a run never killed, repeating no step.
 
-(Its own file so that the test-suite's two processes start it early: `--dist loadfile` hands out files in order.)
+(Its own file, which tests/conftest.py hands out first: the suite's other process works beside it.)
 """
 import os
 import re
@@ -36,7 +36,7 @@ def _terminated(cmd: list[str], out, env: dict, after: float, stderr_path) -> in
     return code
 
 
-def test_terminated_runs_resume_to_the_same_result(smoke_run, tmp_path):
+def test_terminated_runs_resume_to_the_same_result(request, tmp_path):
     """SIGTERM the smoke run at a seeded random moment in each third of its course (training, search,
     finalisation), and a resumed run at eight moments of its first seconds (imports, config and checkpoint
     loading: an interrupt cut torch's import short there, whose re-import then failed with exit 1), resume each
@@ -61,6 +61,7 @@ def test_terminated_runs_resume_to_the_same_result(smoke_run, tmp_path):
     final = subprocess.run(cmd + ["--resume"] if out.joinpath("config.yaml").exists() else cmd, cwd=REPO, env=env,
                            capture_output=True, text=True)
     assert final.returncode == 0, final.stderr[-2000:]
+    smoke_run = request.getfixturevalue("smoke_run")  # needed only now: the other process may be running it
     assert RunDir(out).candidates.read_text() == smoke_run.candidates.read_text(), f"kills at {kills}"
     assert RunDir(out).baselines.read_text() == smoke_run.baselines.read_text()
     log = RunDir(out).log.read_text()
