@@ -57,15 +57,6 @@ if platform.machine() in ("x86_64", "AMD64"):
     os.environ.setdefault("DNNL_MAX_CPU_ISA", "AVX2")
 
 
-#: the suite's longest files, handed out first (`--dist loadfile` hands out files in collection order): the other
-#: process works through the short ones meanwhile instead of waiting for one long file at the end
-_LONGEST_FILES = ("test_interrupted_runs.py",)
-
-
-def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in _LONGEST_FILES)  # stable: each file's tests keep their order
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _process_settings():
     import torch

@@ -1,6 +1,6 @@
 """A run killed with SIGTERM at any moment resumes to the result of a run never killed, repeating no step.
 
-(Its own file, which tests/conftest.py hands out first: the suite's other process works beside it.)
+(Its own file: the suite's processes take whole files, so the other one works through the rest beside it.)
 """
 import os
 import re
