@@ -122,6 +122,10 @@ README_COMMANDS = {
     "vpunas vpunn dpu|layer|dma": None,  # prose
     "vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0":
         lambda tmp, smoke: [["cost", str(smoke.path), "--devices", "VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0"]],
+    "vpunas cost CONFIG.yaml --arch JSON|@FILE|--baseline NAME [--devices ...]":
+        lambda tmp, smoke: [["cost", str(CONFIGS / "fmnist_npu.yaml"), "--arch", MNV4_WIDER_28, "--devices",
+                             "VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0"],
+                            ["cost", str(CONFIGS / "fmnist_npu_zoo.yaml"), "--baseline", "MobileNetV2-1.4"]],
     "vpunas export": None,  # prose
     "vpunas search": None,  # prose
     "vpunas search CONFIG": None,  # prose

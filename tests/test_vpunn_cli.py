@@ -167,3 +167,51 @@ def test_dispatcher_prints_one_line(capsys, tmp_path):
     assert cli.main(["vpunn", "dma", "dma_2_7.vpunn", str(tmp_path / "none.csv"), "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vpunas: error: input table not found")
+
+
+def _latencies(out: str) -> dict[str, float]:
+    """{cost model: us} of `vpunas cost CONFIG ...`'s lines."""
+    return {line.split()[0]: float(line.split()[1]) for line in out.splitlines() if line.endswith(" fps")}
+
+
+def test_cost_an_arch_or_a_baseline_of_a_config(capsys, tmp_path):
+    """An arch of a config's space (JSON, @FILE, largest) and a config's zoo baseline, costed on each generation
+    as a run of the config costs them (the zoo network at the task's 28x28 input, stride-8 form)."""
+    import json
+
+    from hw_cost import load_cost_model
+    from nas.baselines.zoo import zoo_block
+    from nas.config import ConfigError, load_config
+    from nas.context import build_task_and_space
+    from conftest import CONFIGS
+
+    config = CONFIGS / "fmnist_npu_zoo.yaml"
+    _, space = build_task_and_space(load_config(config))
+    arch = space.sample(np.random.default_rng(3))
+    tmp_path.joinpath("arch.json").write_text(json.dumps(arch))
+    devices = "VPU_2_0,VPU_4_0"
+    figures = []
+    for given in (json.dumps(arch), f"@{tmp_path / 'arch.json'}"):
+        assert run("cost", str(config), "--arch", given, "--devices", devices) == 0
+        figures.append(_latencies(capsys.readouterr().out))
+    blocks = space.blocks(arch)
+    assert figures[0] == figures[1] == {f"vpunn:{d}": round(load_cost_model(f"vpunn:{d}").latency_ms(blocks) * 1e3, 1)
+                                        for d in devices.split(",")}
+    assert run("cost", str(config), "--arch", "largest") == 0  # on the config's own cost model
+    largest = _latencies(capsys.readouterr().out)["vpunn:VPU_2_7"]
+    assert largest == round(load_cost_model("vpunn:VPU_2_7").latency_ms(space.blocks(space.largest())) * 1e3, 1)
+
+    assert run("cost", str(config), "--baseline", "MobileNetV2-1.4") == 0
+    out = capsys.readouterr().out
+    block = zoo_block("mobilenet_v2", (1, 28, 28), 10, source="torchvision", kwargs={"width_mult": 1.4})
+    assert out.startswith("MobileNetV2-1.4 (input 1x1x28x28): 141.3 M MACs")
+    assert _latencies(out)["vpunn:VPU_2_7"] == round(load_cost_model("vpunn:VPU_2_7").latency_ms([block]) * 1e3, 1)
+
+    with pytest.raises(ConfigError, match=r"not a baseline of .* \(its baselines: largest, smallest, MobileNetV4"):
+        run("cost", str(config), "--baseline", "MobileNetV9")
+    with pytest.raises(ConfigError, match="--arch: not an arch as JSON"):
+        run("cost", str(config), "--arch", "{stem: 3")
+    with pytest.raises(ConfigError, match="--arch: arch keys must be"):
+        run("cost", str(config), "--arch", '{"stem": 16}')
+    with pytest.raises(ConfigError, match="name what to cost in the config, --arch or --baseline"):
+        run("cost", str(config))

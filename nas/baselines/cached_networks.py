@@ -10,6 +10,8 @@ import timm
 import torch
 import torch.nn as nn
 
+from tasks import Task
+
 from ..baseline_entries import ReferenceBaseline, ZooBaseline
 from ..config import ConfigError
 from ..search_context import SearchContext
@@ -37,9 +39,9 @@ class CachedNetwork:
     note: str
 
 
-def _reference_network(ctx: SearchContext, baseline: ReferenceBaseline) -> dict:
+def _reference_network(task: Task, baseline: ReferenceBaseline) -> dict:
     """The checked {network[, width]} of a reference baseline (MobileNetV2's width defaults to 1.0)."""
-    if ctx.task.num_classes < 1:
+    if task.num_classes < 1:
         raise ConfigError(f"{baseline.where}: type reference needs a classification task")
     try:
         check_reference(baseline.network, baseline.width)
@@ -50,18 +52,18 @@ def _reference_network(ctx: SearchContext, baseline: ReferenceBaseline) -> dict:
     return {"network": baseline.network}
 
 
-def reference_parts(ctx: SearchContext, baseline: ReferenceBaseline) -> CachedNetwork:
+def reference_parts(task: Task, baseline: ReferenceBaseline) -> CachedNetwork:
     """The network of a `reference` baseline, checked against the run's task."""
-    network = _reference_network(ctx, baseline)
-    name, width, task = network["network"], network.get("width"), ctx.task
+    network = _reference_network(task, baseline)
+    name, width = network["network"], network.get("width")
     return CachedNetwork(network, lambda: reference_network(name, task.input_shape, task.num_classes, width),
                           reference_block(name, task.input_shape, task.num_classes, width),
                           describe_reference(name, task.input_shape, width))
 
 
-def _zoo_settings(ctx: SearchContext, baseline: ZooBaseline) -> dict:
+def _zoo_settings(task: Task, baseline: ZooBaseline) -> dict:
     """The checked {model, source, kwargs[, scale]} of a zoo baseline."""
-    model, kwargs, task = baseline.model, baseline.kwargs or {}, ctx.task
+    model, kwargs = baseline.model, baseline.kwargs or {}
     try:
         if task.scale is not None:  # super-resolution: the networks built here
             if baseline.source is not None:
@@ -79,9 +81,9 @@ def _zoo_settings(ctx: SearchContext, baseline: ZooBaseline) -> dict:
     return settings
 
 
-def zoo_parts(ctx: SearchContext, baseline: ZooBaseline) -> CachedNetwork:
+def zoo_parts(task: Task, baseline: ZooBaseline) -> CachedNetwork:
     """The network of a `zoo` baseline, checked against the run's task (it is built once to be sure)."""
-    settings, task = _zoo_settings(ctx, baseline), ctx.task
+    settings = _zoo_settings(task, baseline)
     model, kwargs, scale = settings["model"], settings["kwargs"], settings.get("scale")
     source = "auto" if scale is not None else settings["source"]
     outputs = task.num_outputs
@@ -112,7 +114,8 @@ class CacheEntry:
 
 def cache_entry(ctx: SearchContext, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
     """A cached baseline's network, the run's recipe for its budget, and its key in the cache."""
-    parts, task = _CACHED_PARTS[baseline.type](ctx, baseline), ctx.task
+    task = ctx.task
+    parts = _CACHED_PARTS[baseline.type](task, baseline)
     recipe, budget = baseline_recipe(ctx, baseline)
     return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
                                                         ctx.config.task, recipe, ctx.config.seed))

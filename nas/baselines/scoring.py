@@ -139,11 +139,11 @@ def _check_covered(ctx: SearchContext, baseline: BaselineEntry, block, what: str
 
 
 def _check_reference(ctx: SearchContext, baseline: ReferenceBaseline) -> None:
-    _check_covered(ctx, baseline, reference_parts(ctx, baseline).block, baseline.network)
+    _check_covered(ctx, baseline, reference_parts(ctx.task, baseline).block, baseline.network)
 
 
 def _check_zoo(ctx: SearchContext, baseline: ZooBaseline) -> None:
-    _check_covered(ctx, baseline, zoo_parts(ctx, baseline).block, baseline.model)
+    _check_covered(ctx, baseline, zoo_parts(ctx.task, baseline).block, baseline.model)
 
 
 def _cached(ctx: SearchContext, evaluator: ArchEvaluator,
@@ -166,7 +166,7 @@ def _zoo(ctx: SearchContext, evaluator: ArchEvaluator, baseline: ZooBaseline) ->
     figures come from."""
     if baseline.measured is None:
         return _cached(ctx, evaluator, baseline)
-    parts, metric = zoo_parts(ctx, baseline), ctx.task.metric
+    parts, metric = zoo_parts(ctx.task, baseline), ctx.task.metric
     params, macs = complexity([parts.block])
     return BaselineResult(baseline.name, baseline.type, parts.identity, metric, baseline.measured.get("val"),
                           {metric: baseline.measured["test"]}, round(ctx.cost_model.latency_ms([parts.block]), 6),

@@ -4,6 +4,8 @@ modules when it runs (see `nas.cli`: the command line starts without torch).
     vpunas cost MODEL --cost vpunn:VPU_2_7 [--input 1x3x224x224] [--dtype uint8|fp16] [--model-dir DIR]
     vpunas cost RUN_DIR --arch ID [--cost vpunn:VPU_2_7|lut:FILE]     (default: the run's own cost model)
     vpunas cost RUN_DIR --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0       (the run's front on every generation)
+    vpunas cost CONFIG --arch JSON|@FILE|largest|smallest [--devices ...]  (an arch of the config's space)
+    vpunas cost CONFIG --baseline NAME [--devices ...]                   (a baseline of the config, as a run costs it)
     vpunas vpunn dpu   MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7]        -> id,cycles,error,rule
     vpunas vpunn layer MODEL_FILE IN.csv -o OUT.csv [--device VPU_2_7] [--no-prefetch] [--input-in-ddr]
                                                     [--output-in-ddr] [--dma-model dma_2_7.vpunn] [--details]
@@ -77,17 +79,24 @@ def _cost_model(spec: CostModelSpec, args):
     return load_cost_model(spec, **config.options())
 
 
-def _devices(args) -> int:
-    """`--devices`: the run's front costed on several devices (nas.reporting.device_fronts)."""
+def _device_list(args, least: int) -> list[str]:
+    """The VPUNN devices of `--devices`, at least `least` of them."""
     from hw_cost.vpunn import DEVICE_MODELS
-    from nas.reporting.device_fronts import cost_front_on_devices
-    from nas.rundir import RunDir
 
     devices = [d.strip().upper() for d in args.devices.split(",") if d.strip()]
     unknown = [d for d in devices if d not in DEVICE_MODELS]
-    if unknown or len(devices) < 2:
-        raise CostModelError(f"--devices {args.devices!r}: expected at least two of {', '.join(DEVICE_MODELS)}"
+    if unknown or len(devices) < least:
+        raise CostModelError(f"--devices {args.devices!r}: expected at least {least} of {', '.join(DEVICE_MODELS)}"
                              + (f" ({', '.join(unknown)} unknown)" if unknown else ""))
+    return devices
+
+
+def _devices(args) -> int:
+    """`--devices`: the run's front costed on several devices (nas.reporting.device_fronts)."""
+    from nas.reporting.device_fronts import cost_front_on_devices
+    from nas.rundir import RunDir
+
+    devices = _device_list(args, least=2)
     if args.arch is not None or args.cost or args.input:
         raise CostModelError("--devices costs a run's whole front on VPUNN models: leave out --arch, --cost and "
                              "--input")
@@ -101,7 +110,79 @@ def _devices(args) -> int:
     return 0
 
 
+def _config_network(args):
+    """(name, cost blocks, input shape, config) of `--arch` (JSON, @FILE, largest or smallest) or `--baseline NAME`
+    of config MODEL: an arch of its space, or a baseline built as a run of the config builds it."""
+    import json
+    from pathlib import Path
+
+    from nas.baselines.cached_networks import reference_parts, zoo_parts
+    from nas.baselines.scoring import resolve_arch
+    from nas.config import ConfigError, load_config
+    from nas.context import build_task_and_space
+
+    if (args.arch is None) == (args.baseline is None):
+        raise ConfigError(f"vpunas cost {args.model}: name what to cost in the config, --arch or --baseline")
+    if args.input:
+        raise ConfigError("--input: a config's networks are costed at its task's input shape")
+    config = load_config(args.model)
+    task, space = build_task_and_space(config)
+    shape = (1, *task.input_shape)
+    if args.baseline is not None:
+        entries = {entry.name: entry for entry in config.baselines}
+        if args.baseline not in entries:
+            raise ConfigError(f"--baseline {args.baseline!r}: not a baseline of {args.model} (its baselines: "
+                              f"{', '.join(entries) or 'none'})")
+        entry = entries[args.baseline]
+        parts = {"zoo": zoo_parts, "reference": reference_parts}.get(entry.type)
+        if parts is not None:
+            return entry.name, [parts(task, entry).block], shape, config
+        if getattr(entry, "arch", None) is None:
+            raise ConfigError(f"--baseline {args.baseline!r}: a {entry.type} baseline has no network to cost")
+        return entry.name, space.blocks(resolve_arch(space, entry.arch, entry.where + ".arch")), shape, config
+    text = args.arch
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    if text.strip() in ("largest", "smallest"):
+        arch = text.strip()
+    else:
+        try:
+            arch = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"--arch: not an arch as JSON ({exc.msg} at character {exc.pos})") from None
+    return f"{args.model} arch", space.blocks(resolve_arch(space, arch, "--arch")), shape, config
+
+
+def _cost_config_network(args) -> int:
+    """An arch or a baseline of a config, on the config's cost model, `--cost`, or each of `--devices`."""
+    from hw_cost import complexity
+    from nas.context import npu_generation_model
+
+    name, blocks, shape, config = _config_network(args)
+    if args.devices is not None:
+        if args.cost:
+            raise CostModelError("--devices costs on VPUNN models: leave out --cost")
+        models = [npu_generation_model(config.cost, device, dtype=args.dtype, model_dir=args.model_dir)
+                  for device in _device_list(args, least=1)]
+    elif args.cost:
+        models = [_cost_model(CostModelSpec.parse(args.cost), args)]
+    else:
+        models = [load_cost_model(config.cost.spec, **config.cost.options())]
+    params, macs = complexity(blocks)
+    print(f"{name} (input {'x'.join(map(str, shape))}): {macs / 1e6:.1f} M MACs, {params / 1e6:.2f} M params")
+    for model in models:
+        ms = model.latency_ms(blocks)
+        print(f"{model.name:>16} {ms * 1e3:9.1f} us {shape[0] * 1e3 / ms:9.1f} fps")
+    return 0
+
+
 def _cost(args) -> int:
+    from pathlib import Path
+
+    if Path(args.model).suffix in (".yaml", ".yml"):
+        return _cost_config_network(args)
+    if args.baseline is not None:
+        raise CostModelError("--baseline names a baseline of a config: vpunas cost CONFIG --baseline NAME")
     if args.devices is not None:
         return _devices(args)
     if args.arch is not None:
@@ -143,13 +224,18 @@ def add_cost_parser(sub) -> None:
                        description="Latency of a torchvision or timm model on a cost model (per-layer table for "
                                    "VPUNN, then total ms and fps).")
     p.add_argument("model", metavar="MODEL_OR_RUN",
-                   help="torchvision or timm model name (e.g. mobilenet_v2), or a run directory with --arch")
-    p.add_argument("--arch", metavar="ID", help="cost arch ID of the run directory MODEL_OR_RUN (candidates.csv)")
+                   help="torchvision or timm model name (e.g. mobilenet_v2), a run directory with --arch or "
+                        "--devices, or a config (.yaml) with --arch or --baseline")
+    p.add_argument("--arch", metavar="ID", help="cost arch ID of the run directory MODEL_OR_RUN (candidates.csv); "
+                                                "with a config, an arch of its space: JSON, @FILE, largest or smallest")
+    p.add_argument("--baseline", metavar="NAME", help="cost baseline NAME of the config MODEL_OR_RUN, built as a run "
+                                                      "of it builds it (e.g. a zoo network at the task's input)")
     p.add_argument("--cost", help="cost model spec: vpunn:VPU_2_7, vpunn:VPU_2_0, vpunn:VPU_2_7.fast, lut:FILE "
                                   "(a run's archs only); default: the run's own with --arch, else vpunn:VPU_2_7")
     p.add_argument("--input", help="input shape NxCxHxW of a named model (default 1x3x224x224)")
     p.add_argument("--devices", metavar="D1,D2,...", help="cost the front of the run directory MODEL_OR_RUN on each "
-                   "of these VPUNN devices (VPU_2_0, VPU_2_7, VPU_4_0, NPU_5_0) and show where the ranking changes")
+                   "of these VPUNN devices (VPU_2_0, VPU_2_7, VPU_4_0, NPU_5_0) and show where the ranking changes; "
+                   "with a config, its --arch or --baseline on each")
     p.add_argument("--dtype", choices=("uint8", "fp16"), help="inference precision (default uint8; with --devices "
                                                                 "the run's)")
     p.add_argument("--model-dir", help="folder of the .vpunn files")
