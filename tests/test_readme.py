@@ -126,6 +126,11 @@ README_COMMANDS = {
         lambda tmp, smoke: [["cost", str(CONFIGS / "fmnist_npu.yaml"), "--arch", MNV4_WIDER_28, "--devices",
                              "VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0"],
                             ["cost", str(CONFIGS / "fmnist_npu_zoo.yaml"), "--baseline", "MobileNetV2-1.4"]],
+    "vpunas cost configs/fmnist_npu.yaml --arch JSON --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0": None,  # as above
+    "vpunas cost configs/fmnist_npu_zoo.yaml --baseline NAME --devices ...": None,  # as above
+    "vpunas cost configs/fmnist_npu_zoo.yaml --baseline NAME --devices VPU_2_0,VPU_2_7,VPU_4_0,NPU_5_0": None,
+    "vpunas cost CONFIG --arch JSON --devices ...": None,  # prose
+    "vpunas cost CONFIG --baseline NAME --devices ...": None,  # prose
     "vpunas export": None,  # prose
     "vpunas search": None,  # prose
     "vpunas search CONFIG": None,  # prose

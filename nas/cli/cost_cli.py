@@ -86,7 +86,8 @@ def _device_list(args, least: int) -> list[str]:
     devices = [d.strip().upper() for d in args.devices.split(",") if d.strip()]
     unknown = [d for d in devices if d not in DEVICE_MODELS]
     if unknown or len(devices) < least:
-        raise CostModelError(f"--devices {args.devices!r}: expected at least {least} of {', '.join(DEVICE_MODELS)}"
+        raise CostModelError(f"--devices {args.devices!r}: expected at least {('one', 'two')[least - 1]} of "
+                             f"{', '.join(DEVICE_MODELS)}"
                              + (f" ({', '.join(unknown)} unknown)" if unknown else ""))
     return devices
 
