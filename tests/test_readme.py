@@ -173,6 +173,10 @@ README_COMMANDS = {
         None,
     # the results page's hybrid run from a scratch run's supernet (tests/test_random_search.py runs supernet_from)
     "vpunas search configs/fmnist_npu.yaml --out /root/runs/npu2 supernet_from=/root/runs/v_window2_3ep": None,
+    # the results page's run of the widened hybrid config and its probe set (hours on two cores; the hybrid smoke
+    # config runs the same code path in tests/test_hybrid_space.py, tests/test_probe.py the probe)
+    "vpunas search configs/fmnist_npu.yaml --out /root/runs/npu3": None,
+    "vpunas probe /root/runs/npu3": None,
     # the results page's arch with a 28x28 block (the config's stages quoted on the page)
     ".venv/bin/python scripts/train_alone.py configs/fmnist_npu.yaml --out /root/runs/npu28/b2 --arch '"
     + MNV4_WITH_28 + "'": None,
