@@ -24,8 +24,8 @@ from .zoo import ZooError, describe_zoo, resolve_source, zoo_block, zoo_network
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CachedNetwork", "CacheEntry", "CACHED_TYPES", "reference_parts", "zoo_parts", "cache_entry",
-           "cached_baseline_path", "train_cached_baseline", "train_cached_network"]
+__all__ = ["CachedNetwork", "CacheEntry", "CACHED_TYPES", "cached_network_parts", "reference_parts", "zoo_parts",
+           "cache_entry", "cached_baseline_path", "train_cached_baseline", "train_cached_network"]
 
 
 @dataclasses.dataclass
@@ -101,6 +101,11 @@ _CACHED_PARTS = {ReferenceBaseline.type: reference_parts, ZooBaseline.type: zoo_
 CACHED_TYPES = tuple(_CACHED_PARTS)
 
 
+def cached_network_parts(task: Task, baseline: ReferenceBaseline | ZooBaseline) -> CachedNetwork:
+    """The network of a cached baseline (`reference` or `zoo`), checked against the run's task."""
+    return _CACHED_PARTS[baseline.type](task, baseline)
+
+
 @dataclasses.dataclass
 class CacheEntry:
     """A `reference` or `zoo` baseline as the cache knows it: its network, recipe (with its budget in words) and
@@ -114,8 +119,7 @@ class CacheEntry:
 
 def cache_entry(ctx: SearchContext, baseline: ReferenceBaseline | ZooBaseline) -> CacheEntry:
     """A cached baseline's network, the run's recipe for its budget, and its key in the cache."""
-    task = ctx.task
-    parts = _CACHED_PARTS[baseline.type](task, baseline)
+    parts, task = cached_network_parts(ctx.task, baseline), ctx.task
     recipe, budget = baseline_recipe(ctx, baseline)
     return CacheEntry(parts, recipe, budget, cache_key(parts.identity, task.input_shape, task.num_outputs,
                                                         ctx.config.task, recipe, ctx.config.seed))

@@ -117,7 +117,7 @@ def _config_network(args):
     import json
     from pathlib import Path
 
-    from nas.baselines.cached_networks import reference_parts, zoo_parts
+    from nas.baselines.cached_networks import CACHED_TYPES, cached_network_parts
     from nas.baselines.scoring import resolve_arch
     from nas.config import ConfigError, load_config
     from nas.context import build_task_and_space
@@ -135,9 +135,8 @@ def _config_network(args):
             raise ConfigError(f"--baseline {args.baseline!r}: not a baseline of {args.model} (its baselines: "
                               f"{', '.join(entries) or 'none'})")
         entry = entries[args.baseline]
-        parts = {"zoo": zoo_parts, "reference": reference_parts}.get(entry.type)
-        if parts is not None:
-            return entry.name, [parts(task, entry).block], shape, config
+        if entry.type in CACHED_TYPES:
+            return entry.name, [cached_network_parts(task, entry).block], shape, config
         if getattr(entry, "arch", None) is None:
             raise ConfigError(f"--baseline {args.baseline!r}: a {entry.type} baseline has no network to cost")
         return entry.name, space.blocks(resolve_arch(space, entry.arch, entry.where + ".arch")), shape, config
